@@ -1,0 +1,25 @@
+# Front door. `make demo` and `make test` work on a fresh Debian 12 machine.
+BUILD_DIR ?= build
+JOBS ?= 2
+
+.PHONY: deps build demo test test-all bench clean
+
+deps:
+	@scripts/install_deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release > /dev/null
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+demo: build
+	$(BUILD_DIR)/bin/ctitan train --config configs/llama3_debug.toml
+
+# The default suite: unit and integration tests. Long runs live in `make bench`.
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -L 'unit|integration'
+
+bench: build
+	$(BUILD_DIR)/bin/train_throughput
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,11 @@
+#pragma once
+// One function per subcommand; each registers its CLI11 options and a callback on `app`.
+#include <CLI/CLI.hpp>
+
+namespace ctitan::cli {
+
+void add_train_command(CLI::App& app);
+void add_tokenizer_command(CLI::App& app);
+void add_data_command(CLI::App& app);
+
+}  // namespace ctitan::cli

@@ -1,0 +1,44 @@
+// `ctitan`: one binary, one subcommand per job. Every failure ends here as one line on stderr
+// and a non-zero exit code; nothing escapes as an abort.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "ctitan/cli/commands.h"
+#include "ctitan/common/error.h"
+#include "ctitan/train/housekeeping.h"
+
+namespace {
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ctitan: Llama pretraining in C++ on libtorch"};
+  app.require_subcommand(1);
+  ctitan::cli::add_train_command(app);
+  ctitan::cli::add_tokenizer_command(app);
+  ctitan::cli::add_data_command(app);
+  spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const ctitan::InputError& e) {
+    fmt::print(stderr, "ctitan: {}\n", first_line(e.what()));
+    return e.exit_code();
+  } catch (const ctitan::train::LeakError& e) {
+    fmt::print(stderr, "ctitan: {}\n", e.what());
+    return 3;
+  } catch (const c10::Error& e) {
+    fmt::print(stderr, "ctitan: internal error: {}\n", first_line(e.what_without_backtrace()));
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "ctitan: error: {}\n", first_line(e.what()));
+    return 1;
+  }
+  return 0;
+}

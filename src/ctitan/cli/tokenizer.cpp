@@ -1,0 +1,73 @@
+// `ctitan tokenizer train|encode|decode`
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <iostream>
+#include <sstream>
+
+#include "ctitan/cli/commands.h"
+#include "ctitan/data/bpe_trainer.h"
+#include "ctitan/data/documents.h"
+#include "ctitan/data/tokenizer.h"
+
+namespace ctitan::cli {
+
+void add_tokenizer_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("tokenizer", "Train or use a byte-level BPE tokenizer (tiktoken format)");
+  cmd->require_subcommand(1);
+
+  struct TrainArgs {
+    std::vector<std::string> inputs;
+    int64_t vocab_size = 2048;
+    std::string output;
+    std::string format = "auto";
+  };
+  auto train_args = std::make_shared<TrainArgs>();
+  auto* train = cmd->add_subcommand("train", "Learn BPE merges from text files or directories");
+  train->add_option("--input", train_args->inputs, "Text/JSONL files or directories")->required();
+  train->add_option("--vocab-size", train_args->vocab_size, "Vocabulary size, counting BOS and EOS");
+  train->add_option("--output", train_args->output, "Output rank file")->required();
+  train->add_option("--format", train_args->format, "auto | text | jsonl");
+  train->callback([train_args] {
+    auto start = std::chrono::steady_clock::now();
+    std::vector<std::string> texts;
+    for (const auto& input : train_args->inputs) {
+      for (const auto& [file, format] : data::list_dataset_files(input, train_args->format, "--input")) {
+        auto docs = data::read_documents(file, format);
+        texts.insert(texts.end(), std::make_move_iterator(docs.begin()), std::make_move_iterator(docs.end()));
+      }
+    }
+    auto tokenizer = data::train_bpe(texts, {train_args->vocab_size, /*show_progress=*/true});
+    tokenizer.save(train_args->output);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    spdlog::info("tokenizer: {} documents, vocab {} ({} base + BOS/EOS), written to {} in {:.1f}s", texts.size(),
+                 tokenizer.vocab_size(), tokenizer.n_base(), train_args->output, seconds);
+  });
+
+  auto tok_path = std::make_shared<std::string>();
+  auto text = std::make_shared<std::string>();
+  auto* encode = cmd->add_subcommand("encode", "Print the token ids of --text (or stdin)");
+  encode->add_option("--tokenizer", *tok_path, "Rank file")->required();
+  encode->add_option("--text", *text, "Text to encode");
+  encode->callback([tok_path, text] {
+    auto tokenizer = data::Tokenizer::load(*tok_path);
+    std::string input = *text;
+    if (input.empty()) {
+      std::stringstream in;
+      in << std::cin.rdbuf();
+      input = in.str();
+    }
+    auto ids = tokenizer.encode(input, /*bos=*/false, /*eos=*/false);
+    for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
+    std::cout << "\n";
+  });
+
+  auto ids = std::make_shared<std::vector<int32_t>>();
+  auto* decode = cmd->add_subcommand("decode", "Print the text of token ids");
+  decode->add_option("--tokenizer", *tok_path, "Rank file")->required();
+  decode->add_option("ids", *ids, "Token ids")->required();
+  decode->callback([tok_path, ids] { std::cout << data::Tokenizer::load(*tok_path).decode(*ids) << "\n"; });
+}
+
+}  // namespace ctitan::cli

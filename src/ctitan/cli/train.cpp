@@ -1,0 +1,30 @@
+// `ctitan train --config FILE [--section.key value ...]`
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+
+#include "ctitan/cli/commands.h"
+#include "ctitan/common/threads.h"
+#include "ctitan/config/config_manager.h"
+#include "ctitan/train/trainer.h"
+
+namespace ctitan::cli {
+
+void add_train_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("train", "Train a model (TOML config plus --section.key value overrides)");
+  auto config_path = std::make_shared<std::string>();
+  cmd->add_option("--config,--job.config_file", *config_path, "TOML job config");
+  // Overrides are not declared to CLI11: the config table is their single definition, and
+  // config::load_job_config rejects unknown keys with the key's name.
+  cmd->allow_extras();
+  cmd->callback([cmd, config_path] {
+    auto config = config::load_job_config(*config_path, cmd->remaining());
+    configure_threads();
+    if (config.job.print_config) std::cout << config::to_toml(config) << std::flush;
+    if (!config.job.description.empty()) spdlog::info("job: {}", config.job.description);
+    train::Trainer trainer(std::move(config));
+    trainer.train();
+  });
+}
+
+}  // namespace ctitan::cli

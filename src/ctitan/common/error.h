@@ -1,0 +1,26 @@
+#pragma once
+// Error types that the CLI turns into a one-line message and an exit code.
+#include <stdexcept>
+#include <string>
+
+namespace ctitan {
+
+// Bad user input: config, data, tokenizer, checkpoint. The message is one line and names the
+// file, key or rank at fault. The CLI prints it and exits with `exit_code` (2 for config errors).
+class InputError : public std::runtime_error {
+ public:
+  explicit InputError(const std::string& message, int exit_code = 1)
+      : std::runtime_error(message), exit_code_(exit_code) {}
+  int exit_code() const { return exit_code_; }
+
+ private:
+  int exit_code_;
+};
+
+// A config key is wrong: unknown, wrong type, or out of range. Exit code 2, as argparse does.
+class ConfigError : public InputError {
+ public:
+  explicit ConfigError(const std::string& message) : InputError("config error: " + message, 2) {}
+};
+
+}  // namespace ctitan

@@ -1,0 +1,59 @@
+#include "ctitan/config/config_fields.h"
+
+namespace ctitan::config {
+
+std::vector<Field> config_fields(JobConfig& c) {
+  return {
+      {"job", "dump_folder", &c.job.dump_folder},
+      {"job", "description", &c.job.description},
+      {"job", "print_config", &c.job.print_config},
+
+      {"model", "name", &c.model.name},
+      {"model", "flavor", &c.model.flavor},
+      {"model", "tokenizer_path", &c.model.tokenizer_path},
+      {"model", "dim", &c.model.dim},
+      {"model", "n_layers", &c.model.n_layers},
+      {"model", "n_heads", &c.model.n_heads},
+      {"model", "n_kv_heads", &c.model.n_kv_heads},
+      {"model", "vocab_size", &c.model.vocab_size},
+
+      {"optimizer", "name", &c.optimizer.name},
+      {"optimizer", "lr", &c.optimizer.lr},
+      {"optimizer", "eps", &c.optimizer.eps},
+      {"optimizer", "weight_decay", &c.optimizer.weight_decay},
+      {"optimizer", "beta1", &c.optimizer.beta1},
+      {"optimizer", "beta2", &c.optimizer.beta2},
+
+      {"lr_scheduler", "warmup_steps", &c.lr_scheduler.warmup_steps},
+      {"lr_scheduler", "decay_ratio", &c.lr_scheduler.decay_ratio},
+      {"lr_scheduler", "decay_type", &c.lr_scheduler.decay_type},
+      {"lr_scheduler", "min_lr_factor", &c.lr_scheduler.min_lr_factor},
+
+      {"training", "local_batch_size", &c.training.local_batch_size},
+      {"training", "global_batch_size", &c.training.global_batch_size},
+      {"training", "seq_len", &c.training.seq_len},
+      {"training", "steps", &c.training.steps},
+      {"training", "max_norm", &c.training.max_norm},
+      {"training", "dataset", &c.training.dataset},
+      {"training", "dataset_path", &c.training.dataset_path},
+      {"training", "mixed_precision_param", &c.training.mixed_precision_param},
+      {"training", "mixed_precision_reduce", &c.training.mixed_precision_reduce},
+      {"training", "housekeeping_freq", &c.training.housekeeping_freq},
+
+      {"debug", "seed", &c.debug.seed},
+      {"debug", "deterministic", &c.debug.deterministic},
+      {"debug", "check_leaks", &c.debug.check_leaks},
+
+      {"metrics", "log_freq", &c.metrics.log_freq},
+      {"metrics", "peak_flops", &c.metrics.peak_flops},
+      {"metrics", "enable_jsonl", &c.metrics.enable_jsonl},
+
+      {"validation", "enable", &c.validation.enable},
+      {"validation", "freq", &c.validation.freq},
+      {"validation", "steps", &c.validation.steps},
+      {"validation", "dataset", &c.validation.dataset},
+      {"validation", "dataset_path", &c.validation.dataset_path},
+  };
+}
+
+}  // namespace ctitan::config

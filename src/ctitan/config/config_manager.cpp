@@ -1,0 +1,256 @@
+#include "ctitan/config/config_manager.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "ctitan/common/error.h"
+#include "ctitan/config/config_fields.h"
+
+namespace ctitan::config {
+namespace {
+
+Field* find_field(std::vector<Field>& fields, const std::string& section, const std::string& key) {
+  for (auto& f : fields) {
+    if (f.section == section && f.key == key) return &f;
+  }
+  return nullptr;
+}
+
+bool has_section(const std::vector<Field>& fields, const std::string& section) {
+  for (const auto& f : fields) {
+    if (f.section == section) return true;
+  }
+  return false;
+}
+
+const char* type_name(const Field& f) {
+  struct Visitor {
+    const char* operator()(int64_t*) const { return "an integer"; }
+    const char* operator()(double*) const { return "a number"; }
+    const char* operator()(bool*) const { return "a boolean"; }
+    const char* operator()(std::string*) const { return "a string"; }
+  };
+  return std::visit(Visitor{}, f.target);
+}
+
+void set_from_toml(Field& f, const toml::node& node, const std::string& origin) {
+  bool ok = std::visit(
+      [&](auto* target) {
+        using T = std::remove_pointer_t<decltype(target)>;
+        if constexpr (std::is_same_v<T, double>) {
+          if (auto v = node.value<double>(); v && (node.is_floating_point() || node.is_integer())) {
+            *target = *v;
+            return true;
+          }
+        } else if constexpr (std::is_same_v<T, int64_t>) {
+          if (node.is_integer()) {
+            *target = *node.value<int64_t>();
+            return true;
+          }
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (node.is_boolean()) {
+            *target = *node.value<bool>();
+            return true;
+          }
+        } else {
+          if (node.is_string()) {
+            *target = *node.value<std::string>();
+            return true;
+          }
+        }
+        return false;
+      },
+      f.target);
+  if (!ok) {
+    throw ConfigError(fmt::format("{}: {} must be {} (got {})", origin, f.dotted(), type_name(f),
+                                  toml::impl::node_type_friendly_names[int(node.type())]));
+  }
+}
+
+void set_from_string(Field& f, const std::string& text) {
+  auto fail = [&] {
+    throw ConfigError(fmt::format("--{} must be {} (got '{}')", f.dotted(), type_name(f), text));
+  };
+  std::visit(
+      [&](auto* target) {
+        using T = std::remove_pointer_t<decltype(target)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          *target = text;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (text == "true" || text == "1") *target = true;
+          else if (text == "false" || text == "0") *target = false;
+          else fail();
+        } else {
+          std::istringstream in(text);
+          T value{};
+          in >> value;
+          if (text.empty() || in.fail() || !in.eof()) fail();
+          *target = value;
+        }
+      },
+      f.target);
+}
+
+void apply_toml(JobConfig& config, const toml::table& root, const std::string& origin) {
+  auto fields = config_fields(config);
+  for (const auto& [section_key, section_node] : root) {
+    std::string section(section_key.str());
+    if (!has_section(fields, section)) {
+      throw ConfigError(fmt::format("{}: unknown section [{}]", origin, section));
+    }
+    const auto* table = section_node.as_table();
+    if (!table) throw ConfigError(fmt::format("{}: [{}] must be a table", origin, section));
+    for (const auto& [key, value] : *table) {
+      Field* f = find_field(fields, section, std::string(key.str()));
+      if (!f) throw ConfigError(fmt::format("{}: unknown key {}.{}", origin, section, key.str()));
+      set_from_toml(*f, value, origin);
+    }
+  }
+}
+
+void apply_overrides(JobConfig& config, const std::vector<std::string>& words) {
+  auto fields = config_fields(config);
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string& word = words[i];
+    if (word.rfind("--", 0) != 0) {
+      throw ConfigError(fmt::format("unexpected argument '{}' (overrides are --section.key value)", word));
+    }
+    std::string name = word.substr(2);
+    std::optional<std::string> value;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    auto dot = name.find('.');
+    if (dot == std::string::npos) throw ConfigError(fmt::format("unknown option --{}", name));
+    std::string section = name.substr(0, dot), key = name.substr(dot + 1);
+    Field* f = find_field(fields, section, key);
+    bool negated = false;
+    if (!f && key.rfind("no_", 0) == 0) {
+      f = find_field(fields, section, key.substr(3));
+      negated = f && std::holds_alternative<bool*>(f->target);
+      if (!negated) f = nullptr;
+    }
+    if (!f) throw ConfigError(fmt::format("unknown key --{}", name));
+    if (negated) {
+      if (value) throw ConfigError(fmt::format("--{} takes no value", name));
+      *std::get<bool*>(f->target) = false;
+      continue;
+    }
+    if (!value) {
+      bool next_is_value = i + 1 < words.size() && words[i + 1].rfind("--", 0) != 0;
+      if (std::holds_alternative<bool*>(f->target) && !next_is_value) {
+        *std::get<bool*>(f->target) = true;  // a bare boolean flag switches it on
+        continue;
+      }
+      if (!next_is_value) throw ConfigError(fmt::format("--{} needs a value", name));
+      value = words[++i];
+    }
+    set_from_string(*f, *value);
+  }
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw ConfigError(message);
+}
+
+}  // namespace
+
+JobConfig parse_job_config(const std::string& toml_text, const std::string& origin,
+                           const std::vector<std::string>& overrides) {
+  JobConfig config;
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, origin);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(fmt::format("{}:{}:{}: {}", origin, e.source().begin.line,
+                                  e.source().begin.column, e.description()));
+  }
+  apply_toml(config, root, origin);
+  apply_overrides(config, overrides);
+  validate(config);
+  return config;
+}
+
+JobConfig load_job_config(const std::string& toml_path, const std::vector<std::string>& overrides) {
+  if (toml_path.empty()) return parse_job_config("", "<defaults>", overrides);
+  std::ifstream in(toml_path);
+  if (!in) throw ConfigError(fmt::format("cannot read config file {}", toml_path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_job_config(text.str(), toml_path, overrides);
+}
+
+void validate(const JobConfig& c) {
+  const auto& t = c.training;
+  require(c.model.name == "llama3", fmt::format("model.name must be llama3 (got '{}')", c.model.name));
+  require(c.optimizer.name == "AdamW",
+          fmt::format("optimizer.name must be AdamW (got '{}')", c.optimizer.name));
+  require(c.optimizer.lr > 0, fmt::format("optimizer.lr must be > 0 (got {})", c.optimizer.lr));
+  require(c.optimizer.eps > 0, fmt::format("optimizer.eps must be > 0 (got {})", c.optimizer.eps));
+  require(c.optimizer.weight_decay >= 0,
+          fmt::format("optimizer.weight_decay must be >= 0 (got {})", c.optimizer.weight_decay));
+  for (auto [name, beta] : {std::pair{"beta1", c.optimizer.beta1}, {"beta2", c.optimizer.beta2}}) {
+    require(beta >= 0 && beta < 1, fmt::format("optimizer.{} must be in [0, 1) (got {})", name, beta));
+  }
+  require(c.lr_scheduler.warmup_steps >= 0,
+          fmt::format("lr_scheduler.warmup_steps must be >= 0 (got {})", c.lr_scheduler.warmup_steps));
+  require(c.lr_scheduler.decay_ratio <= 1,
+          fmt::format("lr_scheduler.decay_ratio must be <= 1 (got {})", c.lr_scheduler.decay_ratio));
+  const auto& dt = c.lr_scheduler.decay_type;
+  require(dt == "linear" || dt == "sqrt" || dt == "cosine",
+          fmt::format("lr_scheduler.decay_type must be linear, sqrt or cosine (got '{}')", dt));
+  require(c.lr_scheduler.min_lr_factor >= 0 && c.lr_scheduler.min_lr_factor <= 1,
+          fmt::format("lr_scheduler.min_lr_factor must be in [0, 1] (got {})", c.lr_scheduler.min_lr_factor));
+
+  require(t.local_batch_size > 0,
+          fmt::format("training.local_batch_size must be > 0 (got {})", t.local_batch_size));
+  require(t.seq_len > 0, fmt::format("training.seq_len must be > 0 (got {})", t.seq_len));
+  require(t.steps > 0, fmt::format("training.steps must be > 0 (got {})", t.steps));
+  if (t.global_batch_size != -1) {
+    require(t.global_batch_size > 0 && t.global_batch_size % t.local_batch_size == 0,
+            fmt::format("training.global_batch_size must be -1 or a positive multiple of "
+                        "training.local_batch_size (got {} with local_batch_size={})",
+                        t.global_batch_size, t.local_batch_size));
+  }
+  for (auto [key, dtype] : {std::pair{"mixed_precision_param", t.mixed_precision_param},
+                            {"mixed_precision_reduce", t.mixed_precision_reduce}}) {
+    require(dtype == "bfloat16" || dtype == "float32",
+            fmt::format("training.{} must be bfloat16 or float32 (got '{}')", key, dtype));
+  }
+  require(t.housekeeping_freq > 0,
+          fmt::format("training.housekeeping_freq must be > 0 (got {})", t.housekeeping_freq));
+  for (auto [key, ds] : {std::pair{"training.dataset", t.dataset}, {"validation.dataset", c.validation.dataset}}) {
+    require(ds.empty() || ds == "auto" || ds == "text" || ds == "jsonl" || ds == "tokens",
+            fmt::format("{} must be auto, text, jsonl or tokens (got '{}')", key, ds));
+  }
+  require(c.metrics.log_freq > 0, fmt::format("metrics.log_freq must be > 0 (got {})", c.metrics.log_freq));
+  require(c.metrics.peak_flops >= 0,
+          fmt::format("metrics.peak_flops must be >= 0 (got {})", c.metrics.peak_flops));
+  require(c.validation.freq > 0, fmt::format("validation.freq must be > 0 (got {})", c.validation.freq));
+  require(c.validation.steps > 0, fmt::format("validation.steps must be > 0 (got {})", c.validation.steps));
+  for (auto [key, v] : {std::pair{"dim", c.model.dim}, {"n_layers", c.model.n_layers},
+                        {"n_heads", c.model.n_heads}, {"n_kv_heads", c.model.n_kv_heads},
+                        {"vocab_size", c.model.vocab_size}}) {
+    require(v >= 0, fmt::format("model.{} must be >= 0 (got {}; 0 keeps the flavor's value)", key, v));
+  }
+}
+
+std::string to_toml(const JobConfig& config) {
+  JobConfig copy = config;
+  std::map<std::string, toml::table> sections;
+  std::vector<std::string> order;
+  for (const auto& f : config_fields(copy)) {
+    if (!sections.count(f.section)) order.push_back(f.section);
+    std::visit([&](auto* v) { sections[f.section].insert_or_assign(f.key, *v); }, f.target);
+  }
+  std::ostringstream out;
+  for (const auto& s : order) out << "[" << s << "]\n" << sections[s] << "\n\n";
+  return out.str();
+}
+
+}  // namespace ctitan::config

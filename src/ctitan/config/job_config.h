@@ -1,0 +1,88 @@
+#pragma once
+// The job configuration: one plain struct per TOML section, named as in torchtitan v0.2.2.
+// Parsing and validation live in config_manager.h; this file only says what exists and its default.
+#include <cstdint>
+#include <string>
+
+namespace ctitan::config {
+
+struct Job {
+  std::string dump_folder = "./outputs";  // where metrics.jsonl (and later checkpoints) go
+  std::string description = "";           // free text, printed at startup
+  bool print_config = false;              // print the resolved config as TOML at startup
+};
+
+struct Model {
+  std::string name = "llama3";          // model family; only llama3 exists
+  std::string flavor = "debugmodel";    // debugmodel | 134M | 8B | 70B | 405B (models/llama/args.cpp)
+  std::string tokenizer_path = "";      // tiktoken rank file (Llama 3's tokenizer.model format)
+  // Optional shape overrides on top of the flavor; 0 keeps the flavor's value. Tests use these
+  // to build tiny models without adding flavors.
+  int64_t dim = 0;
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t vocab_size = 0;
+};
+
+struct Optimizer {
+  std::string name = "AdamW";  // only AdamW
+  double lr = 8e-4;            // peak learning rate
+  double eps = 1e-8;           // AdamW epsilon
+  double weight_decay = 0.1;   // decoupled weight decay, applied to every parameter
+  double beta1 = 0.9;          // first-moment decay
+  double beta2 = 0.95;         // second-moment decay
+};
+
+struct LrScheduler {
+  int64_t warmup_steps = 200;            // linear warmup length
+  double decay_ratio = -1.0;             // fraction of steps spent decaying; < 0 means all after warmup
+  std::string decay_type = "linear";     // linear | sqrt | cosine
+  double min_lr_factor = 0.0;            // lr never drops below min_lr_factor * lr
+};
+
+struct Training {
+  int64_t local_batch_size = 8;        // sequences per microbatch on this rank
+  int64_t global_batch_size = -1;      // sequences per optimizer step over all ranks; -1 = local
+  int64_t seq_len = 2048;              // tokens per sequence
+  int64_t steps = 10000;               // optimizer steps to run
+  double max_norm = 1.0;               // gradient clipping threshold (global L2 norm); <= 0 disables
+  std::string dataset = "auto";        // auto | text | jsonl | tokens (see data/dataset.h)
+  std::string dataset_path = "";       // file or directory
+  std::string mixed_precision_param = "bfloat16";  // bfloat16 | float32: compute dtype
+  std::string mixed_precision_reduce = "float32";  // float32: gradient reduction dtype (FSDP)
+  int64_t housekeeping_freq = 50;      // run synchronized housekeeping every N steps (torchtitan gc_freq)
+};
+
+struct Debug {
+  int64_t seed = 0;            // seeds parameter init and every RNG
+  bool deterministic = false;  // use deterministic algorithms only
+  bool check_leaks = false;    // at housekeeping steps, fail if live tensor bytes grew
+};
+
+struct Metrics {
+  int64_t log_freq = 10;       // log every N steps (and the last step)
+  double peak_flops = 0.0;     // FLOP/s for MFU; 0 = probe a GEMM at startup (cached)
+  bool enable_jsonl = true;    // write {dump_folder}/metrics.jsonl
+};
+
+struct Validation {
+  bool enable = false;              // run a validation loop
+  int64_t freq = 500;               // every N training steps (and the last step)
+  int64_t steps = 10;               // batches per validation run
+  std::string dataset = "";         // defaults to training.dataset
+  std::string dataset_path = "";    // defaults to training.dataset_path
+};
+
+struct JobConfig {
+  Job job;
+  Model model;
+  Optimizer optimizer;
+  LrScheduler lr_scheduler;
+  Training training;
+  Debug debug;
+  Metrics metrics;
+  Validation validation;
+};
+
+}  // namespace ctitan::config

@@ -1,0 +1,26 @@
+#pragma once
+// Which files a dataset path holds, in which format, and how a file splits into documents.
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ctitan::data {
+
+enum class FileFormat { kText, kJsonl, kTokens };
+
+// `format` is auto | text | jsonl | tokens. With auto, a file's extension decides: .jsonl is
+// JSONL, .bin/.tokens is a token file, .txt/.md or no extension is text; other files in a
+// directory (such as fortune's .dat indexes) are skipped. Directories are walked recursively in
+// sorted order. Throws InputError naming `key` for a missing path, no usable files, or a mix of
+// token and text files.
+std::vector<std::pair<std::filesystem::path, FileFormat>> list_dataset_files(const std::string& path,
+                                                                              const std::string& format,
+                                                                              const std::string& key);
+
+// The documents of one text or JSONL file. Text files split at lines that are exactly "%" (the
+// strfile format of fortune); otherwise a file is one document. JSONL lines are objects with a
+// string "text" field; a bad line is an InputError naming file and line.
+std::vector<std::string> read_documents(const std::filesystem::path& file, FileFormat format);
+
+}  // namespace ctitan::data

@@ -1,0 +1,111 @@
+#include "ctitan/data/token_stream.h"
+
+#include <fmt/format.h>
+
+
+#include "ctitan/common/error.h"
+#include "ctitan/data/documents.h"
+#include "ctitan/data/token_file.h"
+
+namespace ctitan::data {
+namespace fs = std::filesystem;
+namespace {
+
+// Text and JSONL files, one tokenized document per chunk. Position = global document index.
+class DocumentStream : public TokenStream {
+ public:
+  DocumentStream(std::vector<std::pair<fs::path, FileFormat>> files, std::shared_ptr<const Tokenizer> tok)
+      : files_(std::move(files)), tokenizer_(std::move(tok)) {}
+
+  std::optional<std::vector<int32_t>> next() override {
+    while (true) {
+      if (doc_in_file_ < docs_.size()) {
+        ++position_;
+        const auto& text = docs_[doc_in_file_++];
+        if (text.find_first_not_of(" \t\r\n") == std::string::npos) continue;
+        return tokenizer_->encode(text, /*bos=*/true, /*eos=*/true);
+      }
+      if (next_file_ >= files_.size()) return std::nullopt;
+      load(next_file_++);
+    }
+  }
+
+  int64_t position() const override { return position_; }
+
+  void seek(int64_t target) override {
+    next_file_ = 0;
+    docs_.clear();
+    doc_in_file_ = 0;
+    position_ = 0;
+    while (position_ + int64_t(docs_.size()) - int64_t(doc_in_file_) < target) {
+      position_ += int64_t(docs_.size()) - int64_t(doc_in_file_);
+      if (next_file_ >= files_.size()) {
+        throw InputError(fmt::format("dataset error: cannot resume at document {}: the dataset has only {}",
+                                     target, position_));
+      }
+      load(next_file_++);
+    }
+    doc_in_file_ += size_t(target - position_);
+    position_ = target;
+  }
+
+ private:
+  void load(size_t index) {
+    const auto& [path, format] = files_[index];
+    docs_ = read_documents(path, format);
+    doc_in_file_ = 0;
+  }
+
+  std::vector<std::pair<fs::path, FileFormat>> files_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  size_t next_file_ = 0;
+  std::vector<std::string> docs_;
+  size_t doc_in_file_ = 0;
+  int64_t position_ = 0;
+};
+
+// Token files read in slices. Position = global token offset over all files.
+class TokenFilesStream : public TokenStream {
+ public:
+  explicit TokenFilesStream(const std::vector<fs::path>& files) {
+    for (const auto& f : files) readers_.push_back(std::make_unique<TokenFileReader>(f.string()));
+  }
+
+  std::optional<std::vector<int32_t>> next() override {
+    constexpr int64_t kSlice = 1 << 16;
+    int64_t offset = position_;
+    for (auto& reader : readers_) {
+      if (offset < reader->size()) {
+        auto tokens = reader->read(offset, kSlice);
+        position_ += int64_t(tokens.size());
+        return tokens;
+      }
+      offset -= reader->size();
+    }
+    return std::nullopt;
+  }
+
+  int64_t position() const override { return position_; }
+  void seek(int64_t position) override { position_ = position; }
+
+ private:
+  std::vector<std::unique_ptr<TokenFileReader>> readers_;
+  int64_t position_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<TokenStream> open_token_stream(const std::string& path, const std::string& format,
+                                               std::shared_ptr<const Tokenizer> tokenizer,
+                                               const std::string& key) {
+  auto files = list_dataset_files(path, format, key);
+  if (files.front().second == FileFormat::kTokens) {
+    std::vector<fs::path> token_files;
+    for (const auto& [file, _] : files) token_files.push_back(file);
+    return std::make_unique<TokenFilesStream>(token_files);
+  }
+  if (!tokenizer) throw InputError(fmt::format("dataset error: {} holds text; set model.tokenizer_path", key));
+  return std::make_unique<DocumentStream>(std::move(files), std::move(tokenizer));
+}
+
+}  // namespace ctitan::data

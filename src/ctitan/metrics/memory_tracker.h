@@ -1,0 +1,24 @@
+#pragma once
+// Live tensor bytes, counted exactly by wrapping the CPU allocator: every CPU tensor's storage
+// passes through it. These figures are what metrics.jsonl reports as memory, never estimates.
+#include <cstdint>
+
+namespace ctitan::metrics {
+
+struct MemoryStats {
+  int64_t active_bytes = 0;  // bytes in live CPU tensor storages now
+  int64_t peak_bytes = 0;    // the most active_bytes reached since the last reset_peak()
+  int64_t alloc_count = 0;   // allocations since process start (churn indicator)
+};
+
+// Installs the counting allocator once per process; later calls do nothing. Tensors allocated
+// before installation are not counted, so call it before building the model.
+void install_memory_tracker();
+bool memory_tracker_installed();
+MemoryStats memory_stats();
+void reset_peak_memory();
+
+// Resident set size of this process, from /proc/self/statm.
+int64_t resident_set_bytes();
+
+}  // namespace ctitan::metrics

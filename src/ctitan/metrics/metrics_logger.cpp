@@ -1,0 +1,60 @@
+#include "ctitan/metrics/metrics_logger.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "ctitan/common/error.h"
+
+namespace ctitan::metrics {
+
+MetricsLogger::MetricsLogger(const std::string& jsonl_path) {
+  if (jsonl_path.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(jsonl_path).parent_path(), ec);
+  jsonl_.open(jsonl_path, std::ios::app);
+  if (!jsonl_) throw InputError(fmt::format("cannot write metrics file {}", jsonl_path));
+}
+
+void MetricsLogger::log(const StepMetrics& m) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  spdlog::info("step: {:>5}  loss: {:8.4f}  grad_norm: {:7.4f}  memory: {:5.2f}GiB (peak {:5.2f}GiB)  "
+               "tps: {:>8.0f}  tflops: {:6.3f}  mfu: {:5.2f}%",
+               m.step, m.loss, m.grad_norm, double(m.memory_active_bytes) / kGiB,
+               double(m.memory_peak_bytes) / kGiB, m.tps, m.tflops, m.mfu);
+  if (!jsonl_.is_open()) return;
+  nlohmann::json row = {
+      {"step", m.step},
+      {"loss", m.loss},
+      {"grad_norm", m.grad_norm},
+      {"lr", m.lr},
+      {"tps", m.tps},
+      {"tflops", m.tflops},
+      {"mfu", m.mfu},
+      {"memory_active_bytes", m.memory_active_bytes},
+      {"memory_peak_bytes", m.memory_peak_bytes},
+      {"memory_rss_bytes", m.memory_rss_bytes},
+      {"memory_alloc_count", m.memory_alloc_count},
+      {"time_step_s", m.time_step_s},
+      {"time_data_s", m.time_data_s},
+  };
+  jsonl_ << row.dump() << '\n';
+}
+
+void MetricsLogger::log_validation(int64_t step, double loss, int64_t tokens) {
+  spdlog::info("validate step: {:>5}  loss: {:8.4f}  tokens: {}", step, loss, tokens);
+  if (jsonl_.is_open()) {
+    jsonl_ << nlohmann::json{{"step", step}, {"validation_loss", loss}, {"validation_tokens", tokens}}.dump()
+           << '\n';
+  }
+}
+
+void MetricsLogger::flush() {
+  if (jsonl_.is_open()) jsonl_.flush();
+  spdlog::default_logger()->flush();
+}
+
+}  // namespace ctitan::metrics

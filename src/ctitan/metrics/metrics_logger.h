@@ -1,0 +1,39 @@
+#pragma once
+// Writes logged steps to the console (torchtitan's line) and to metrics.jsonl. Takes plain
+// numbers only: the trainer converts tensors to doubles at log steps, so nothing here can keep
+// a step's tensors (and their autograd graph) alive.
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+namespace ctitan::metrics {
+
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0;
+  double grad_norm = 0;
+  double lr = 0;
+  double tps = 0;        // tokens/s on this rank over the steps since the last log
+  double tflops = 0;     // achieved model TFLOP/s (torchtitan's FLOPs formula)
+  double mfu = 0;        // percent of the peak FLOP/s
+  int64_t memory_active_bytes = 0;
+  int64_t memory_peak_bytes = 0;
+  int64_t memory_rss_bytes = 0;
+  int64_t memory_alloc_count = 0;  // allocations since the last log
+  double time_step_s = 0;  // mean wall time of one step since the last log
+  double time_data_s = 0;  // mean part of it spent waiting for data
+};
+
+class MetricsLogger {
+ public:
+  // `jsonl_path` empty disables the file.
+  explicit MetricsLogger(const std::string& jsonl_path);
+  void log(const StepMetrics& m);
+  void log_validation(int64_t step, double loss, int64_t tokens);
+  void flush();
+
+ private:
+  std::ofstream jsonl_;
+};
+
+}  // namespace ctitan::metrics

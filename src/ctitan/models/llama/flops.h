@@ -1,0 +1,20 @@
+#pragma once
+// Parameter counts and training FLOPs per token, computed from the model shape alone.
+#include <cstdint>
+
+#include "ctitan/models/llama/args.h"
+
+namespace ctitan::models::llama {
+
+struct ParamCount {
+  int64_t total = 0;
+  int64_t embedding = 0;  // tok_embeddings only; the output layer does matmuls and counts as compute
+};
+
+ParamCount count_params(const ModelArgs& args);
+
+// torchtitan's formula: 6·N_non_embedding + 12·L·H·Q·T. The first term is forward (2) plus
+// backward (4) FLOPs per weight; the second is the QK^T and PV matmuls, without causal savings.
+double flops_per_token(const ModelArgs& args, int64_t seq_len);
+
+}  // namespace ctitan::models::llama

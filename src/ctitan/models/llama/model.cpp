@@ -1,0 +1,135 @@
+#include "ctitan/models/llama/model.h"
+
+#include <limits>
+
+namespace ctitan::models::llama {
+namespace {
+
+torch::nn::Linear linear(int64_t in, int64_t out) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+}
+
+// (B, T, n_kv_heads, head_dim) -> (B, T, n_kv_heads * n_rep, head_dim): GQA shares each kv head
+// among n_rep query heads.
+torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep) {
+  if (n_rep == 1) return x;
+  auto B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3);
+  return x.unsqueeze(3).expand({B, T, H, n_rep, D}).reshape({B, T, H * n_rep, D});
+}
+
+}  // namespace
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+void RMSNormImpl::reset_parameters() {
+  torch::NoGradGuard no_grad;
+  weight.fill_(1.0);
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  // Normalise in fp32 whatever the compute dtype: the mean of squares loses too much in bf16.
+  auto xf = x.to(torch::kFloat);
+  auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return normed.to(x.scalar_type()) * weight.to(x.scalar_type());
+}
+
+RopeTables make_rope_tables(const ModelArgs& args, torch::Device device) {
+  auto opts = torch::TensorOptions().dtype(torch::kFloat).device(device);
+  int64_t half = args.head_dim() / 2;
+  // (half,): theta^(-2i/head_dim)
+  auto inv_freq = 1.0 / torch::pow(args.rope_theta, torch::arange(0, half, opts) * 2.0 / args.head_dim());
+  // (max_seq_len, half): angle of position t for frequency i
+  auto angles = torch::outer(torch::arange(args.max_seq_len, opts), inv_freq);
+  return {angles.cos(), angles.sin()};
+}
+
+torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope) {
+  auto B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3);
+  // (B, T, H, D/2, 2): adjacent pairs are the (real, imag) parts of one complex number.
+  auto pairs = x.to(torch::kFloat).view({B, T, H, D / 2, 2});
+  auto re = pairs.select(-1, 0), im = pairs.select(-1, 1);
+  // (1, T, 1, D/2) broadcast over batch and heads.
+  auto cos = rope.cos.slice(0, 0, T).view({1, T, 1, D / 2});
+  auto sin = rope.sin.slice(0, 0, T).view({1, T, 1, D / 2});
+  auto rotated = torch::stack({re * cos - im * sin, re * sin + im * cos}, -1);
+  return rotated.view({B, T, H, D}).to(x.scalar_type());
+}
+
+AttentionImpl::AttentionImpl(const ModelArgs& args)
+    : n_heads_(args.n_heads), n_kv_heads_(args.kv_heads()), head_dim_(args.head_dim()) {
+  wq = register_module("wq", linear(args.dim, n_heads_ * head_dim_));
+  wk = register_module("wk", linear(args.dim, n_kv_heads_ * head_dim_));
+  wv = register_module("wv", linear(args.dim, n_kv_heads_ * head_dim_));
+  wo = register_module("wo", linear(n_heads_ * head_dim_, args.dim));
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
+  auto B = x.size(0), T = x.size(1);
+  // (B, T, H, D) per projection; kv have n_kv_heads heads.
+  auto q = apply_rope(wq(x).view({B, T, n_heads_, head_dim_}), rope);
+  auto k = apply_rope(wk(x).view({B, T, n_kv_heads_, head_dim_}), rope);
+  auto v = wv(x).view({B, T, n_kv_heads_, head_dim_});
+  k = repeat_kv(k, n_heads_ / n_kv_heads_);
+  v = repeat_kv(v, n_heads_ / n_kv_heads_);
+  // (B, T, H, D) -> (B, H, T, D): attention runs per head.
+  q = q.transpose(1, 2);
+  k = k.transpose(1, 2);
+  v = v.transpose(1, 2);
+  // (B, H, T, T) scores, causal: position t attends to positions <= t.
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(head_dim_)));
+  auto mask = torch::full({T, T}, -std::numeric_limits<float>::infinity(),
+                          scores.options().dtype(torch::kFloat)).triu(1);
+  auto probs = torch::softmax(scores.to(torch::kFloat) + mask, -1).to(q.scalar_type());
+  // (B, H, T, D) -> (B, T, H*D)
+  auto out = torch::matmul(probs, v).transpose(1, 2).reshape({B, T, n_heads_ * head_dim_});
+  return wo(out);
+}
+
+FeedForwardImpl::FeedForwardImpl(const ModelArgs& args) {
+  auto hidden = args.ffn_hidden_dim();
+  w1 = register_module("w1", linear(args.dim, hidden));
+  w2 = register_module("w2", linear(hidden, args.dim));
+  w3 = register_module("w3", linear(args.dim, hidden));
+}
+
+torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
+  return w2(torch::silu(w1(x)) * w3(x));
+}
+
+TransformerBlockImpl::TransformerBlockImpl(int64_t id, const ModelArgs& args) : layer_id(id) {
+  attention = register_module("attention", Attention(args));
+  feed_forward = register_module("feed_forward", FeedForward(args));
+  attention_norm = register_module("attention_norm", RMSNorm(args.dim, args.norm_eps));
+  ffn_norm = register_module("ffn_norm", RMSNorm(args.dim, args.norm_eps));
+}
+
+torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
+  auto h = x + attention(attention_norm(x), rope);
+  return h + feed_forward(ffn_norm(h));
+}
+
+TransformerImpl::TransformerImpl(const ModelArgs& args) : args_(args) {
+  tok_embeddings = register_module("tok_embeddings", torch::nn::Embedding(args.vocab_size, args.dim));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < args.n_layers; ++i) layers->push_back(TransformerBlock(i, args));
+  norm = register_module("norm", RMSNorm(args.dim, args.norm_eps));
+  output = register_module("output", linear(args.dim, args.vocab_size));
+}
+
+const RopeTables& TransformerImpl::rope_for(torch::Device device) {
+  if (!rope_.cos.defined() || rope_.cos.device() != device) rope_ = make_rope_tables(args_, device);
+  return rope_;
+}
+
+torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
+  TORCH_CHECK(tokens.size(1) <= args_.max_seq_len, "sequence length ", tokens.size(1),
+              " exceeds the model's max_seq_len ", args_.max_seq_len);
+  auto h = tok_embeddings(tokens);  // (B, T, dim)
+  const auto& rope = rope_for(h.device());
+  for (const auto& layer : *layers) h = layer->as<TransformerBlock>()->forward(h, rope);
+  return output(norm(h));  // (B, T, vocab_size)
+}
+
+}  // namespace ctitan::models::llama

@@ -1,0 +1,86 @@
+#pragma once
+// Llama 3 as plain libtorch modules. Parameter names match torchtitan's, e.g.
+// `layers.3.attention.wq.weight`, because checkpoints and sharding address parameters by name.
+// Nothing here knows about parallelism: parallel/ wraps these modules from outside.
+#include <torch/torch.h>
+
+#include "ctitan/models/llama/args.h"
+
+namespace ctitan::models::llama {
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  void reset_parameters();
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+// Rotary embedding tables for positions [0, max_seq_len): cos and sin, each (max_seq_len, head_dim/2).
+struct RopeTables {
+  torch::Tensor cos, sin;
+};
+RopeTables make_rope_tables(const ModelArgs& args, torch::Device device);
+
+// x: (B, T, n_heads, head_dim). Rotates adjacent pairs (2i, 2i+1) as Meta's reference does with
+// complex numbers, computed in fp32.
+torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope);
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const ModelArgs& args);
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);
+  torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+
+ private:
+  int64_t n_heads_, n_kv_heads_, head_dim_;
+};
+TORCH_MODULE(Attention);
+
+class FeedForwardImpl : public torch::nn::Module {
+ public:
+  explicit FeedForwardImpl(const ModelArgs& args);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
+};
+TORCH_MODULE(FeedForward);
+
+class TransformerBlockImpl : public torch::nn::Module {
+ public:
+  TransformerBlockImpl(int64_t layer_id, const ModelArgs& args);
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);
+  int64_t layer_id;
+  Attention attention{nullptr};
+  FeedForward feed_forward{nullptr};
+  RMSNorm attention_norm{nullptr}, ffn_norm{nullptr};
+};
+TORCH_MODULE(TransformerBlock);
+
+class TransformerImpl : public torch::nn::Module {
+ public:
+  explicit TransformerImpl(const ModelArgs& args);
+  // tokens: (B, T) int64 -> logits (B, T, vocab_size).
+  torch::Tensor forward(const torch::Tensor& tokens);
+  const ModelArgs& args() const { return args_; }
+
+  torch::nn::Embedding tok_embeddings{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+  torch::nn::Linear output{nullptr};
+
+ private:
+  const RopeTables& rope_for(torch::Device device);
+  ModelArgs args_;
+  RopeTables rope_;
+};
+TORCH_MODULE(Transformer);
+
+// torchtitan's init: depth-scaled truncated normals for the output projections of each block,
+// normal(0, 1) embeddings, dim^-0.5 output layer, unit norms. Uses the default generator.
+void init_weights(TransformerImpl& model);
+
+}  // namespace ctitan::models::llama

@@ -1,0 +1,16 @@
+#pragma once
+#include <torch/torch.h>
+
+#include <vector>
+
+namespace ctitan::train {
+
+// Global L2 norm of all gradients, as a 0-d fp32 tensor: it stays a tensor so that the step
+// never waits on a host sync; the trainer reads it as a number only at log steps.
+torch::Tensor grad_l2_norm(const std::vector<torch::Tensor>& params);
+
+// Scales every gradient by min(1, max_norm / (norm + 1e-6)) and returns the norm before
+// clipping. max_norm <= 0 only measures.
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+
+}  // namespace ctitan::train

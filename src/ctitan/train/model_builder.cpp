@@ -1,0 +1,40 @@
+#include "ctitan/train/model_builder.h"
+
+#include <fmt/format.h>
+
+#include "ctitan/common/error.h"
+
+namespace ctitan::train {
+
+models::llama::ModelArgs model_args_from_config(const config::JobConfig& config, const data::Tokenizer* tokenizer) {
+  auto args = models::llama::llama3_flavor(config.model.flavor);
+  const auto& m = config.model;
+  if (m.dim) args.dim = m.dim;
+  if (m.n_layers) args.n_layers = m.n_layers;
+  if (m.n_heads) args.n_heads = m.n_heads;
+  if (m.n_kv_heads) args.n_kv_heads = m.n_kv_heads;
+  if (m.vocab_size) args.vocab_size = m.vocab_size;
+  args.max_seq_len = std::max(args.max_seq_len, config.training.seq_len);
+
+  if (args.dim % args.n_heads != 0 || args.head_dim() % 2 != 0) {
+    throw ConfigError(fmt::format("model.dim {} must be a multiple of 2 * model.n_heads {}", args.dim, args.n_heads));
+  }
+  if (args.n_heads % args.kv_heads() != 0) {
+    throw ConfigError(fmt::format("model.n_heads {} must be a multiple of model.n_kv_heads {}", args.n_heads,
+                                  args.kv_heads()));
+  }
+  if (tokenizer && tokenizer->vocab_size() > args.vocab_size) {
+    throw ConfigError(fmt::format("model.vocab_size {} is smaller than the vocabulary of {} ({} tokens)",
+                                  args.vocab_size, config.model.tokenizer_path, tokenizer->vocab_size()));
+  }
+  return args;
+}
+
+models::llama::Transformer build_model(const models::llama::ModelArgs& args, torch::Device device) {
+  models::llama::Transformer model(args);
+  models::llama::init_weights(*model);
+  model->to(device);
+  return model;
+}
+
+}  // namespace ctitan::train

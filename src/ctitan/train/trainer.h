@@ -1,0 +1,88 @@
+#pragma once
+// The training job: builds tokenizer, data, model, optimizer and schedule from the config,
+// then runs the step loop. One step reads top to bottom in train_step().
+#include <torch/torch.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ctitan/common/state_dict.h"
+#include "ctitan/config/job_config.h"
+#include "ctitan/data/packed_loader.h"
+#include "ctitan/data/tokenizer.h"
+#include "ctitan/metrics/metrics_logger.h"
+#include "ctitan/models/llama/model.h"
+#include "ctitan/train/adamw.h"
+#include "ctitan/train/housekeeping.h"
+#include "ctitan/train/lr_scheduler.h"
+
+namespace ctitan::train {
+
+struct StepResult {
+  torch::Tensor loss;       // 0-d fp32: mean token loss over the whole global batch
+  torch::Tensor grad_norm;  // 0-d fp32: global gradient norm before clipping
+  int64_t tokens = 0;       // tokens processed by this rank in the step
+};
+
+class Trainer {
+ public:
+  explicit Trainer(config::JobConfig config);
+
+  // Runs steps (current step + 1) .. training.steps.
+  void train();
+
+  // One optimizer step over the microbatches of one global batch: forward, loss and backward
+  // per microbatch, then clip, optimizer step, lr schedule.
+  StepResult train_step(const std::vector<data::Batch>& microbatches);
+
+  // Mean token loss over validation.steps batches, from the start of the validation data.
+  double validate();
+
+  models::llama::TransformerImpl& model() { return *model_; }
+  AdamW& optimizer() { return *optimizer_; }
+  LrScheduler& lr_scheduler() { return *lr_scheduler_; }
+  data::PackedLoader& dataloader() { return *dataloader_; }
+  int64_t step() const { return step_; }
+  int64_t gradient_accumulation_steps() const { return grad_accum_steps_; }
+
+  // Every stateful part by name: model, optimizer, lr_scheduler, dataloader, rng, train_state.
+  std::map<std::string, StateDict> state_dicts() const;
+  void load_state_dicts(const std::map<std::string, StateDict>& state);
+
+ private:
+  std::vector<data::Batch> next_global_batch();
+  void log_metrics(const StepResult& result);
+  std::unique_ptr<data::PackedLoader> make_loader(const std::string& path, const std::string& format,
+                                                  const std::string& key) const;
+
+  config::JobConfig config_;
+  torch::Device device_;
+  bool bf16_;
+  std::shared_ptr<const data::Tokenizer> tokenizer_;
+  models::llama::Transformer model_{nullptr};
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<LrScheduler> lr_scheduler_;
+  std::unique_ptr<data::PackedLoader> dataloader_;
+  std::unique_ptr<metrics::MetricsLogger> logger_;
+  std::unique_ptr<Housekeeper> housekeeper_;
+  int64_t grad_accum_steps_ = 1;
+  double flops_per_token_ = 0;
+  double peak_flops_ = 0;
+
+  // Train state.
+  int64_t step_ = 0;
+  int64_t ntokens_seen_ = 0;
+
+  // Accumulated between log steps as plain numbers only.
+  struct SinceLastLog {
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    int64_t steps = 0, tokens = 0, allocs_at_start = 0;
+    double data_seconds = 0;
+  } since_log_;
+};
+
+}  // namespace ctitan::train

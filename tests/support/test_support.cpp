@@ -1,0 +1,84 @@
+#include "support/test_support.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+namespace ctitan::testing {
+namespace fs = std::filesystem;
+
+TempDir::TempDir() {
+  std::string pattern = (fs::temp_directory_path() / "ctitan_test_XXXXXX").string();
+  path_ = mkdtemp(pattern.data());
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string generated_corpus(int n_docs, int words_per_doc, unsigned seed) {
+  static const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to",
+                                "big", "red", "house", "with", "small", "blue", "door", "every", "day", "it"};
+  std::mt19937 rng(seed);
+  std::ostringstream out;
+  for (int d = 0; d < n_docs; ++d) {
+    for (int w = 0; w < words_per_doc; ++w) out << (w ? " " : "") << words[rng() % 20];
+    out << ".\n%\n";
+  }
+  return out.str();
+}
+
+RunResult run_ctitan(const std::vector<std::string>& args, int timeout_s) {
+  char out_template[] = "/tmp/ctitan_run_XXXXXX";
+  int out_fd = mkstemp(out_template);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out_fd, 1);
+    dup2(out_fd, 2);
+    std::vector<char*> argv{const_cast<char*>(CTITAN_BIN)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(CTITAN_BIN, argv.data());
+    _exit(127);
+  }
+  close(out_fd);
+  RunResult result;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      result.output = read_file(out_template) + "\n[test harness: killed after timeout]";
+      unlink(out_template);
+      return result;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.output = read_file(out_template);
+  unlink(out_template);
+  return result;
+}
+
+}  // namespace ctitan::testing

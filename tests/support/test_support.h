@@ -1,0 +1,36 @@
+#pragma once
+// Helpers shared by tests: temporary folders, generated corpora, and running the ctitan binary.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace ctitan::testing {
+
+// A fresh directory under the system temp dir, removed when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::filesystem::path& path() const { return path_; }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+void write_file(const std::string& path, const std::string& text);
+std::string read_file(const std::string& path);
+
+// Deterministic English-like text generated from a small word list: `n_docs` documents
+// separated by strfile "%" lines. Tests never ship third-party text.
+std::string generated_corpus(int n_docs, int words_per_doc, unsigned seed = 1);
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr interleaved
+};
+
+// Runs `build/bin/ctitan args...`, waiting at most `timeout_s` (a hang is a failure, killed).
+RunResult run_ctitan(const std::vector<std::string>& args, int timeout_s = 120);
+
+}  // namespace ctitan::testing
