@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -39,6 +40,8 @@ void add_tokenizer_command(CLI::App& app) {
       }
     }
     auto tokenizer = data::train_bpe(texts, {train_args->vocab_size, /*show_progress=*/true});
+    auto parent = std::filesystem::path(train_args->output).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
     tokenizer.save(train_args->output);
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     spdlog::info("tokenizer: {} documents, vocab {} ({} base + BOS/EOS), written to {} in {:.1f}s", texts.size(),

@@ -28,7 +28,7 @@ const char* const kEosText = "<|end_of_text|>";
 }
 
 // Keeps error messages on one line however long or binary the offending text is.
-std::string quoted(std::string_view text) {
+std::string single_quoted(std::string_view text) {
   constexpr size_t kMax = 40;
   std::string out = "'";
   for (char c : text.substr(0, kMax)) {
@@ -143,7 +143,7 @@ Tokenizer::Tokenizer(std::vector<std::string> tokens, const std::string& source,
     if (tokens_[rank].empty()) fail(where(rank), "empty token");
     auto [it, inserted] = ranks_.emplace(tokens_[rank], static_cast<int32_t>(rank));
     if (!inserted) {
-      fail(where(rank), "token " + quoted(base64_encode(tokens_[rank])) + " already has rank " +
+      fail(where(rank), "token " + single_quoted(base64_encode(tokens_[rank])) + " already has rank " +
                             std::to_string(it->second));
     }
   }
@@ -189,7 +189,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
     size_t space = line.find(' ');
     if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos) {
       fail(path + ":" + std::to_string(line_no),
-           "expected '<base64 token> <rank>', got " + quoted(line));
+           "expected '<base64 token> <rank>', got " + single_quoted(line));
     }
     entries.push_back({line_no, line.substr(0, space), line.substr(space + 1)});
   }
@@ -203,9 +203,9 @@ Tokenizer Tokenizer::load(const std::string& path) {
   for (const Entry& e : entries) {
     std::string where = path + ":" + std::to_string(e.line);
     std::optional<std::string> bytes = base64_decode(e.token);
-    if (!bytes) fail(where, "invalid base64 " + quoted(e.token));
+    if (!bytes) fail(where, "invalid base64 " + single_quoted(e.token));
     int64_t rank = 0;
-    if (!parse_rank(e.rank, rank)) fail(where, "rank " + quoted(e.rank) + " is not a number");
+    if (!parse_rank(e.rank, rank)) fail(where, "rank " + single_quoted(e.rank) + " is not a number");
     if (rank >= static_cast<int64_t>(n)) {
       fail(where, "rank " + std::to_string(rank) + " is out of range: the file has " +
                       std::to_string(n) + " tokens, so ranks must be 0.." + std::to_string(n - 1) +

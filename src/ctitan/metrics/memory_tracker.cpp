@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 #include <fstream>
 
 namespace ctitan::metrics {
@@ -14,38 +17,39 @@ std::atomic<int64_t> g_peak{0};
 std::atomic<int64_t> g_allocs{0};
 std::atomic<bool> g_installed{false};
 
-// What each counted allocation carries to its deleter: the real allocation and its size.
-struct CountedAllocation {
-  c10::DataPtr inner;
-  int64_t bytes;
-};
+// Each allocation carries its size in a header just before the data. The data pointer must
+// also be the DataPtr's context, because some libtorch code calls raw_allocate(), which
+// asserts exactly that; a separate context object would crash there.
+constexpr size_t kHeaderBytes = 64;  // keeps the data at the allocator's 64-byte alignment
 
-void release(void* context) {
-  auto* allocation = static_cast<CountedAllocation*>(context);
-  g_active.fetch_sub(allocation->bytes, std::memory_order_relaxed);
-  delete allocation;  // frees the real storage through its own deleter
+void release(void* data) {
+  char* base = static_cast<char*>(data) - kHeaderBytes;
+  int64_t bytes;
+  std::memcpy(&bytes, base, sizeof(bytes));
+  g_active.fetch_sub(bytes, std::memory_order_relaxed);
+  std::free(base);
 }
 
 class CountingAllocator final : public c10::Allocator {
  public:
-  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
-
   c10::DataPtr allocate(size_t n) const override {
-    c10::DataPtr inner = base_->allocate(n);
-    void* data = inner.get();
-    auto device = inner.device();
-    auto* allocation = new CountedAllocation{std::move(inner), int64_t(n)};
-    int64_t now = g_active.fetch_add(int64_t(n), std::memory_order_relaxed) + int64_t(n);
+    void* raw = nullptr;
+    if (posix_memalign(&raw, kHeaderBytes, n + kHeaderBytes) != 0) {
+      throw c10::Error({__func__, __FILE__, uint32_t(__LINE__)},
+                       "out of memory allocating " + std::to_string(n) + " bytes");
+    }
+    char* base = static_cast<char*>(raw);
+    int64_t bytes = int64_t(n);
+    std::memcpy(base, &bytes, sizeof(bytes));
+    void* data = base + kHeaderBytes;
+    int64_t now = g_active.fetch_add(bytes, std::memory_order_relaxed) + bytes;
     g_allocs.fetch_add(1, std::memory_order_relaxed);
     for (int64_t peak = g_peak.load(); now > peak && !g_peak.compare_exchange_weak(peak, now);) {
     }
-    return {data, allocation, &release, device};
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
 
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
-
- private:
-  c10::Allocator* base_;
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
 };
 
 }  // namespace
@@ -53,7 +57,7 @@ class CountingAllocator final : public c10::Allocator {
 void install_memory_tracker() {
   if (g_installed.exchange(true)) return;
   // Leaked on purpose: tensors may outlive every static destructor.
-  static auto* allocator = new CountingAllocator(c10::GetCPUAllocator());
+  static auto* allocator = new CountingAllocator();
   c10::SetCPUAllocator(allocator, /*priority=*/100);
 }
 

@@ -97,6 +97,16 @@ std::vector<data::Batch> Trainer::next_global_batch() {
 
 StepResult Trainer::train_step(const std::vector<data::Batch>& microbatches) {
   optimizer_->zero_grad();
+  auto loss = forward_backward(microbatches);
+  auto grad_norm = clip_grad_norm(optimizer_->params(), config_.training.max_norm);
+  optimizer_->step(lr_scheduler_->current_lr());
+  lr_scheduler_->step();
+  int64_t tokens = 0;
+  for (const auto& mb : microbatches) tokens += mb.inputs.numel();
+  return {loss, grad_norm, tokens};
+}
+
+torch::Tensor Trainer::forward_backward(const std::vector<data::Batch>& microbatches) {
   // Every microbatch's summed loss is divided by the token count of the whole global batch,
   // so the accumulated gradient is the exact token-weighted mean (data parallelism will
   // all-reduce this count across ranks before the first microbatch).
@@ -105,7 +115,6 @@ StepResult Trainer::train_step(const std::vector<data::Batch>& microbatches) {
   auto denominator = global_tokens.clamp_min(1).to(torch::kFloat);
 
   auto loss_total = torch::zeros({}, torch::TensorOptions(torch::kFloat).device(device_));
-  int64_t tokens = 0;
   for (const auto& mb : microbatches) {
     torch::Tensor loss;
     {
@@ -115,12 +124,8 @@ StepResult Trainer::train_step(const std::vector<data::Batch>& microbatches) {
     }
     loss.backward();
     loss_total += loss.detach();
-    tokens += mb.inputs.numel();
   }
-  auto grad_norm = clip_grad_norm(optimizer_->params(), config_.training.max_norm);
-  optimizer_->step(lr_scheduler_->current_lr());
-  lr_scheduler_->step();
-  return {loss_total, grad_norm, tokens};
+  return loss_total;
 }
 
 void Trainer::train() {

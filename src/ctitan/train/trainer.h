@@ -39,6 +39,9 @@ class Trainer {
   // per microbatch, then clip, optimizer step, lr schedule.
   StepResult train_step(const std::vector<data::Batch>& microbatches);
 
+  // Accumulates the gradients of one global batch into .grad and returns its mean token loss.
+  torch::Tensor forward_backward(const std::vector<data::Batch>& microbatches);
+
   // Mean token loss over validation.steps batches, from the start of the validation data.
   double validate();
 

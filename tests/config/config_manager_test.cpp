@@ -1,0 +1,98 @@
+#include "ctitan/config/config_manager.h"
+
+#include <gtest/gtest.h>
+
+#include "ctitan/common/error.h"
+#include "support/test_support.h"
+
+namespace ctitan::config {
+namespace {
+
+// Expects a ConfigError whose message contains `needle` (the key at fault).
+void expect_config_error(const std::string& toml, const std::vector<std::string>& overrides,
+                         const std::string& needle) {
+  try {
+    parse_job_config(toml, "job.toml", overrides);
+    FAIL() << "no error; expected one mentioning " << needle;
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    EXPECT_EQ(e.exit_code(), 2);
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "one line: " << e.what();
+  }
+}
+
+TEST(ConfigManager, DefaultsMatchTorchtitan) {
+  auto c = parse_job_config("", "empty");
+  EXPECT_EQ(c.metrics.log_freq, 10);
+  EXPECT_EQ(c.training.global_batch_size, -1);
+  EXPECT_EQ(c.training.mixed_precision_param, "bfloat16");
+  EXPECT_EQ(c.training.mixed_precision_reduce, "float32");
+  EXPECT_EQ(c.training.housekeeping_freq, 50);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 8e-4);
+}
+
+TEST(ConfigManager, TomlThenOverridesInAllForms) {
+  auto c = parse_job_config(
+      "[training]\nsteps = 5\nseq_len = 128\n[optimizer]\nlr = 1\n[debug]\ndeterministic = true\n", "job.toml",
+      {"--training.steps", "7", "--optimizer.lr=0.5", "--debug.no_deterministic", "--job.print_config",
+       "--model.flavor", "134M"});
+  EXPECT_EQ(c.training.steps, 7);
+  EXPECT_EQ(c.training.seq_len, 128);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.5);
+  EXPECT_FALSE(c.debug.deterministic);
+  EXPECT_TRUE(c.job.print_config);
+  EXPECT_EQ(c.model.flavor, "134M");
+}
+
+TEST(ConfigManager, IntegerIsAcceptedWhereANumberIsExpected) {
+  EXPECT_DOUBLE_EQ(parse_job_config("[optimizer]\nlr = 1\n", "x").optimizer.lr, 1.0);
+}
+
+TEST(ConfigManager, ErrorsNameTheKey) {
+  expect_config_error("[training\nsteps = 1\n", {}, "job.toml:1");            // malformed TOML
+  expect_config_error("[trainning]\nsteps = 1\n", {}, "unknown section [trainning]");
+  expect_config_error("[training]\nstepz = 1\n", {}, "unknown key training.stepz");
+  expect_config_error("[training]\nsteps = \"ten\"\n", {}, "training.steps must be an integer");
+  expect_config_error("[training]\nseq_len = 1.5\n", {}, "training.seq_len must be an integer");
+  expect_config_error("[debug]\ndeterministic = 1\n", {}, "debug.deterministic must be a boolean");
+  expect_config_error("[training]\nsteps = 0\n", {}, "training.steps must be > 0");
+  expect_config_error("[optimizer]\nbeta2 = 1.0\n", {}, "optimizer.beta2");
+  expect_config_error("[lr_scheduler]\ndecay_type = \"step\"\n", {}, "lr_scheduler.decay_type");
+  expect_config_error("[training]\nmixed_precision_param = \"fp8\"\n", {}, "training.mixed_precision_param");
+  expect_config_error("training = 3\n", {}, "[training] must be a table");
+}
+
+TEST(ConfigManager, GlobalBatchMustDivide) {
+  expect_config_error("[training]\nlocal_batch_size = 4\nglobal_batch_size = 10\n", {},
+                      "training.global_batch_size must be -1 or a positive multiple");
+}
+
+TEST(ConfigManager, OverrideErrorsNameTheKey) {
+  expect_config_error("", {"--training.stepz", "3"}, "--training.stepz");
+  expect_config_error("", {"--training.steps", "3x"}, "--training.steps must be an integer");
+  expect_config_error("", {"--training.steps"}, "--training.steps needs a value");
+  expect_config_error("", {"--debug.deterministic", "maybe"}, "--debug.deterministic must be a boolean");
+  expect_config_error("", {"stray"}, "unexpected argument 'stray'");
+  expect_config_error("", {"--training.no_steps"}, "--training.no_steps");
+}
+
+TEST(ConfigManager, MissingFileIsAConfigError) {
+  EXPECT_THROW(load_job_config("/nonexistent/job.toml", {}), ConfigError);
+}
+
+TEST(ConfigManager, ToTomlRoundTrips) {
+  auto c = parse_job_config("", "x", {"--training.steps", "123", "--model.tokenizer_path", "a b"});
+  auto again = parse_job_config(to_toml(c), "printed");
+  EXPECT_EQ(again.training.steps, 123);
+  EXPECT_EQ(again.model.tokenizer_path, "a b");
+  EXPECT_EQ(to_toml(again), to_toml(c));
+}
+
+TEST(ConfigManager, ShippedConfigsParse) {
+  for (auto name : {"llama3_debug", "llama3_134m", "llama3_8b", "llama3_70b", "llama3_405b"}) {
+    EXPECT_NO_THROW(load_job_config(std::string(CTITAN_SOURCE_DIR) + "/configs/" + name + ".toml", {})) << name;
+  }
+}
+
+}  // namespace
+}  // namespace ctitan::config
