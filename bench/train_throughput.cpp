@@ -1,1 +1,121 @@
-int main() { return 0; }
+// `make bench`: ctitan training throughput against PyTorch eager Python, measured in the same run
+// on the same machine, plus MFU against the bf16 and fp32 GEMM peaks measured here and now.
+//
+// Rows: debugmodel seq 256 batch 8 (bf16, fp32), debugmodel seq 2048 batch 1 (bf16),
+// 134M seq 512 batch 4 (bf16). Both sides train on random tokens (throughput does not depend on
+// the data), with AdamW, clipping and, for bf16, autocast with fp32 master weights.
+// Environment: BENCH_STEPS (timed steps, default 8), BENCH_ROWS (comma-separated row names).
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "ctitan/common/threads.h"
+#include "ctitan/config/config_manager.h"
+#include "ctitan/metrics/peak_flops.h"
+#include "ctitan/models/llama/flops.h"
+#include "ctitan/train/model_builder.h"
+#include "ctitan/train/trainer.h"
+#include "ctitan/data/token_file.h"
+
+namespace {
+
+struct Row {
+  std::string name, flavor;
+  int64_t seq_len, batch;
+  bool bf16;
+};
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : fallback;
+}
+
+// Random tokens, enough for warm-up plus timed steps without wrapping.
+std::string write_random_tokens(const std::filesystem::path& dir, int64_t vocab, int64_t n_tokens) {
+  auto path = (dir / fmt::format("random_{}.bin", vocab)).string();
+  ctitan::data::TokenFileWriter writer(path, uint32_t(vocab));
+  auto tokens = torch::randint(0, vocab, {n_tokens}, torch::kInt);
+  writer.append(std::vector<int32_t>(tokens.data_ptr<int32_t>(), tokens.data_ptr<int32_t>() + n_tokens));
+  writer.finish();
+  return path;
+}
+
+double ctitan_tps(const Row& row, const std::filesystem::path& dir, int warmup, int steps) {
+  auto args = ctitan::models::llama::llama3_flavor(row.flavor);
+  auto data = write_random_tokens(dir, args.vocab_size, (warmup + steps + 2) * row.batch * (row.seq_len + 1));
+  auto config = ctitan::config::load_job_config(
+      "", {"--model.flavor", row.flavor, "--training.seq_len", std::to_string(row.seq_len),
+           "--training.local_batch_size", std::to_string(row.batch), "--training.dataset_path", data,
+           "--training.mixed_precision_param", row.bf16 ? "bfloat16" : "float32", "--metrics.peak_flops", "1",
+           "--metrics.enable_jsonl", "false", "--job.dump_folder", dir.string()});
+  ctitan::train::Trainer trainer(config);
+  for (int i = 0; i < warmup; ++i) trainer.train_step({trainer.dataloader().next()});
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) trainer.train_step({trainer.dataloader().next()}).loss.item<double>();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return double(steps * row.batch * row.seq_len) / seconds;
+}
+
+double pytorch_tps(const Row& row, int warmup, int steps) {
+  auto a = ctitan::models::llama::llama3_flavor(row.flavor);
+  auto cmd = fmt::format(
+      "/usr/bin/python3 {}/bench/pytorch_eager_llama.py --dim {} --n-layers {} --n-heads {} --vocab-size {} "
+      "--multiple-of {} --rope-theta {} --seq-len {} --batch {} --dtype {} --steps {} --warmup {} --threads {}",
+      CTITAN_SOURCE_DIR, a.dim, a.n_layers, a.n_heads, a.vocab_size, a.multiple_of, a.rope_theta, row.seq_len,
+      row.batch, row.bf16 ? "bf16" : "fp32", steps, warmup, at::get_num_threads());
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return 0;
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), pipe)) out.append(buf, n);
+  if (pclose(pipe) != 0) {
+    fmt::print(stderr, "pytorch baseline failed for {}: {}\n", row.name, cmd);
+    return 0;
+  }
+  auto json = nlohmann::json::parse(out, nullptr, false);
+  return json.is_object() ? json.value("tps", 0.0) : 0.0;
+}
+
+}  // namespace
+
+int main() {
+  int threads = ctitan::configure_threads();
+  int steps = env_int("BENCH_STEPS", 8), warmup = 3;
+  std::vector<Row> rows = {{"debug_s256_b8_bf16", "debugmodel", 256, 8, true},
+                           {"debug_s256_b8_fp32", "debugmodel", 256, 8, false},
+                           {"debug_s2048_b1_bf16", "debugmodel", 2048, 1, true},
+                           {"134M_s512_b4_bf16", "134M", 512, 4, true}};
+  std::string only = std::getenv("BENCH_ROWS") ? std::getenv("BENCH_ROWS") : "";
+
+  double peak_bf16 = ctitan::metrics::measure_gemm_flops(torch::kBFloat16);
+  double peak_fp32 = ctitan::metrics::measure_gemm_flops(torch::kFloat);
+  fmt::print("train_throughput: {} threads, {} timed steps after {} warm-up\n", threads, steps, warmup);
+  fmt::print("GEMM peak (2048^3, measured now): bf16 {:.3f} TFLOP/s, fp32 {:.3f} TFLOP/s\n\n", peak_bf16 / 1e12,
+             peak_fp32 / 1e12);
+  fmt::print("{:<22} {:>12} {:>12} {:>8} {:>10} {:>10}\n", "row", "ctitan tok/s", "eager tok/s", "ratio",
+             "MFU(bf16)", "MFU(fp32)");
+
+  auto dir = std::filesystem::temp_directory_path() / fmt::format("ctitan_bench_{}", getpid());
+  std::filesystem::create_directories(dir);
+  nlohmann::json results = nlohmann::json::array();
+  for (const auto& row : rows) {
+    if (!only.empty() && only.find(row.name) == std::string::npos) continue;
+    double ours = ctitan_tps(row, dir, warmup, steps);
+    double eager = pytorch_tps(row, warmup, steps);
+    double achieved = ctitan::models::llama::flops_per_token(ctitan::models::llama::llama3_flavor(row.flavor),
+                                                             row.seq_len) * ours;
+    fmt::print("{:<22} {:>12.0f} {:>12.0f} {:>7.2f}x {:>9.1f}% {:>9.1f}%\n", row.name, ours, eager,
+               eager > 0 ? ours / eager : 0.0, 100 * achieved / peak_bf16, 100 * achieved / peak_fp32);
+    std::fflush(stdout);
+    results.push_back({{"row", row.name}, {"ctitan_tps", ours}, {"eager_tps", eager},
+                       {"ratio", eager > 0 ? ours / eager : 0.0}, {"mfu_bf16_peak", 100 * achieved / peak_bf16},
+                       {"mfu_fp32_peak", 100 * achieved / peak_fp32}});
+  }
+  std::filesystem::remove_all(dir);
+  std::ofstream("train_throughput.json") << results.dump(2) << "\n";
+  return 0;
+}
