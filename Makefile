@@ -19,7 +19,8 @@ test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -L 'unit|integration'
 
 bench: build
-	$(BUILD_DIR)/bin/train_throughput
+	cd $(BUILD_DIR) && bin/train_throughput
+	/usr/bin/python3 bench/ddp_scaling.py --ctitan $(BUILD_DIR)/bin/ctitan
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -53,6 +53,14 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"validation", "steps", &c.validation.steps},
       {"validation", "dataset", &c.validation.dataset},
       {"validation", "dataset_path", &c.validation.dataset_path},
+
+      {"parallelism", "data_parallel_replicate_degree", &c.parallelism.data_parallel_replicate_degree},
+      {"parallelism", "data_parallel_shard_degree", &c.parallelism.data_parallel_shard_degree},
+      {"parallelism", "tensor_parallel_degree", &c.parallelism.tensor_parallel_degree},
+      {"parallelism", "bucket_cap_mb", &c.parallelism.bucket_cap_mb},
+
+      {"comm", "init_timeout_seconds", &c.comm.init_timeout_seconds},
+      {"comm", "train_timeout_seconds", &c.comm.train_timeout_seconds},
   };
 }
 

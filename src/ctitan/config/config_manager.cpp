@@ -233,6 +233,18 @@ void validate(const JobConfig& c) {
           fmt::format("metrics.peak_flops must be >= 0 (got {})", c.metrics.peak_flops));
   require(c.validation.freq > 0, fmt::format("validation.freq must be > 0 (got {})", c.validation.freq));
   require(c.validation.steps > 0, fmt::format("validation.steps must be > 0 (got {})", c.validation.steps));
+  const auto& p = c.parallelism;
+  require(p.data_parallel_replicate_degree >= 1,
+          fmt::format("parallelism.data_parallel_replicate_degree must be >= 1 (got {})", p.data_parallel_replicate_degree));
+  require(p.data_parallel_shard_degree == -1 || p.data_parallel_shard_degree >= 1,
+          fmt::format("parallelism.data_parallel_shard_degree must be -1 or >= 1 (got {})", p.data_parallel_shard_degree));
+  require(p.tensor_parallel_degree >= 1,
+          fmt::format("parallelism.tensor_parallel_degree must be >= 1 (got {})", p.tensor_parallel_degree));
+  require(p.bucket_cap_mb > 0, fmt::format("parallelism.bucket_cap_mb must be > 0 (got {})", p.bucket_cap_mb));
+  require(c.comm.init_timeout_seconds > 0,
+          fmt::format("comm.init_timeout_seconds must be > 0 (got {})", c.comm.init_timeout_seconds));
+  require(c.comm.train_timeout_seconds > 0,
+          fmt::format("comm.train_timeout_seconds must be > 0 (got {})", c.comm.train_timeout_seconds));
   for (auto [key, v] : {std::pair{"dim", c.model.dim}, {"n_layers", c.model.n_layers},
                         {"n_heads", c.model.n_heads}, {"n_kv_heads", c.model.n_kv_heads},
                         {"vocab_size", c.model.vocab_size}}) {

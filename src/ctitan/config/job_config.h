@@ -74,6 +74,18 @@ struct Validation {
   std::string dataset_path = "";    // defaults to training.dataset_path
 };
 
+struct Parallelism {
+  int64_t data_parallel_replicate_degree = 1;   // DDP (or HSDP's replica) dimension
+  int64_t data_parallel_shard_degree = -1;      // FSDP dimension; -1 = the ranks left over
+  int64_t tensor_parallel_degree = 1;           // TP dimension (not implemented yet)
+  double bucket_cap_mb = 25.0;                  // DDP gradient bucket size
+};
+
+struct Comm {
+  int64_t init_timeout_seconds = 300;   // rendezvous and the first step's collectives
+  int64_t train_timeout_seconds = 100;  // every collective after the first step
+};
+
 struct JobConfig {
   Job job;
   Model model;
@@ -83,6 +95,8 @@ struct JobConfig {
   Debug debug;
   Metrics metrics;
   Validation validation;
+  Parallelism parallelism;
+  Comm comm;
 };
 
 }  // namespace ctitan::config

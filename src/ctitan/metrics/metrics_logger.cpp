@@ -22,9 +22,10 @@ MetricsLogger::MetricsLogger(const std::string& jsonl_path) {
 void MetricsLogger::log(const StepMetrics& m) {
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   spdlog::info("step: {:>5}  loss: {:8.4f}  grad_norm: {:7.4f}  memory: {:5.2f}GiB (peak {:5.2f}GiB)  "
-               "tps: {:>8.0f}  tflops: {:6.3f}  mfu: {:5.2f}%",
+               "tps: {:>8.0f}  tflops: {:6.3f}  mfu: {:5.2f}%  comm: {:4.1f}%",
                m.step, m.loss, m.grad_norm, double(m.memory_active_bytes) / kGiB,
-               double(m.memory_peak_bytes) / kGiB, m.tps, m.tflops, m.mfu);
+               double(m.memory_peak_bytes) / kGiB, m.tps, m.tflops, m.mfu,
+               m.time_step_s > 0 ? 100.0 * m.comm_exposed_s / m.time_step_s : 0.0);
   if (!jsonl_.is_open()) return;
   nlohmann::json row = {
       {"step", m.step},
@@ -40,6 +41,9 @@ void MetricsLogger::log(const StepMetrics& m) {
       {"memory_alloc_count", m.memory_alloc_count},
       {"time_step_s", m.time_step_s},
       {"time_data_s", m.time_data_s},
+      {"time_step_max_s", m.time_step_max_s},
+      {"comm_exposed_s", m.comm_exposed_s},
+      {"comm_exposed_ratio", m.time_step_s > 0 ? m.comm_exposed_s / m.time_step_s : 0.0},
   };
   jsonl_ << row.dump() << '\n';
 }

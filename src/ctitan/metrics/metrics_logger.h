@@ -22,6 +22,8 @@ struct StepMetrics {
   int64_t memory_alloc_count = 0;  // allocations since the last log
   double time_step_s = 0;  // mean wall time of one step since the last log
   double time_data_s = 0;  // mean part of it spent waiting for data
+  double time_step_max_s = 0;  // the slowest rank's mean step time: stragglers show here
+  double comm_exposed_s = 0;   // mean time per step blocked in collectives (not hidden by compute)
 };
 
 class MetricsLogger {

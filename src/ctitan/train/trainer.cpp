@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "ctitan/common/error.h"
+#include "ctitan/distributed/communicator.h"
 #include "ctitan/metrics/memory_tracker.h"
 #include "ctitan/metrics/peak_flops.h"
 #include "ctitan/models/llama/flops.h"
@@ -27,6 +28,13 @@ Trainer::Trainer(config::JobConfig config)
     : config_(std::move(config)), device_(pick_device()),
       bf16_(config_.training.mixed_precision_param == "bfloat16") {
   metrics::install_memory_tracker();
+  auto env = distributed::read_dist_env();
+  if (env.distributed()) {
+    dist_ = distributed::init_distributed(config_, env);
+    dp_group_ = dist_->mesh->group("dp");
+    dp_degree_ = dist_->dims.dp();
+    dp_rank_ = dist_->mesh->local_rank("dp");
+  }
   const auto& t = config_.training;
   torch::manual_seed(uint64_t(config_.debug.seed));
   if (config_.debug.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
@@ -42,14 +50,14 @@ Trainer::Trainer(config::JobConfig config)
   const auto& o = config_.optimizer;
   optimizer_ = std::make_unique<AdamW>(std::move(named), AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
   lr_scheduler_ = std::make_unique<LrScheduler>(config_.lr_scheduler, t.steps, o.lr);
+  setup_parallelism();
 
-  const int64_t dp_degree = 1;  // data parallelism arrives with the distributed runtime
-  int64_t global_batch = t.global_batch_size > 0 ? t.global_batch_size : t.local_batch_size * dp_degree;
-  if (global_batch % (t.local_batch_size * dp_degree) != 0) {
+  int64_t global_batch = t.global_batch_size > 0 ? t.global_batch_size : t.local_batch_size * dp_degree_;
+  if (global_batch % (t.local_batch_size * dp_degree_) != 0) {
     throw ConfigError(fmt::format("training.global_batch_size {} is not divisible by local_batch_size {} "
-                                  "x dp degree {}", global_batch, t.local_batch_size, dp_degree));
+                                  "x dp degree {}", global_batch, t.local_batch_size, dp_degree_));
   }
-  grad_accum_steps_ = global_batch / (t.local_batch_size * dp_degree);
+  grad_accum_steps_ = global_batch / (t.local_batch_size * dp_degree_);
   dataloader_ = make_loader(t.dataset_path, t.dataset, "training.dataset_path");
 
   flops_per_token_ = models::llama::flops_per_token(args, t.seq_len);
@@ -57,7 +65,7 @@ Trainer::Trainer(config::JobConfig config)
   peak_flops_ = peak.flops;
 
   std::string jsonl;
-  if (config_.metrics.enable_jsonl) {
+  if (config_.metrics.enable_jsonl && (!dist_ || dist_->env.rank == 0)) {
     jsonl = (std::filesystem::path(config_.job.dump_folder) / "metrics.jsonl").string();
     std::error_code ec;
     std::filesystem::remove(jsonl, ec);  // a fresh run starts a fresh file
@@ -77,12 +85,32 @@ Trainer::Trainer(config::JobConfig config)
                peak.source);
 }
 
+// Parallelism is applied to the built model from outside, as torchtitan's parallelize step.
+void Trainer::setup_parallelism() {
+  if (!dist_) return;
+  const auto& dims = dist_->dims;
+  if (dims.fsdp_enabled()) {
+    throw ConfigError(fmt::format("parallelism.data_parallel_shard_degree resolves to {}: FSDP is not implemented "
+                                  "yet; for DDP set data_parallel_shard_degree = 1 and "
+                                  "data_parallel_replicate_degree = {}", dims.dp_shard, dims.world_size));
+  }
+  if (dims.tp_enabled()) throw ConfigError("parallelism.tensor_parallel_degree > 1: TP is not implemented yet");
+  if (dims.ddp_enabled()) {
+    std::vector<std::pair<std::string, torch::Tensor>> named;
+    for (const auto& item : model_->named_parameters()) named.emplace_back(item.key(), item.value());
+    ddp_ = std::make_unique<parallel::DistributedDataParallel>(std::move(named), dp_group_,
+                                                               config_.parallelism.bucket_cap_mb);
+    spdlog::info("DDP over {} replicas, {} gradient buckets of <= {} MB", dims.dp_replicate, ddp_->num_buckets(),
+                 config_.parallelism.bucket_cap_mb);
+  }
+}
+
 std::unique_ptr<data::PackedLoader> Trainer::make_loader(const std::string& path, const std::string& format,
                                                          const std::string& key) const {
   auto stream = data::open_token_stream(path, format, tokenizer_, key);
   return std::make_unique<data::PackedLoader>(std::move(stream), config_.training.seq_len,
                                               config_.training.local_batch_size,
-                                              fmt::format("{} '{}'", key, path), /*dp_rank=*/0, /*dp_degree=*/1,
+                                              fmt::format("{} '{}'", key, path), dp_rank_, dp_degree_,
                                               model_->args().vocab_size);
 }
 
@@ -112,10 +140,18 @@ torch::Tensor Trainer::forward_backward(const std::vector<data::Batch>& microbat
   // all-reduce this count across ranks before the first microbatch).
   auto global_tokens = torch::zeros({}, torch::TensorOptions(torch::kLong).device(device_));
   for (const auto& mb : microbatches) global_tokens += count_valid_tokens(mb.labels);
+  if (dp_group_) {
+    auto start = std::chrono::steady_clock::now();
+    dp_group_->all_reduce(global_tokens, distributed::ReduceOp::kSum);
+    since_log_.comm_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
   auto denominator = global_tokens.clamp_min(1).to(torch::kFloat);
 
   auto loss_total = torch::zeros({}, torch::TensorOptions(torch::kFloat).device(device_));
-  for (const auto& mb : microbatches) {
+  for (size_t i = 0; i < microbatches.size(); ++i) {
+    const auto& mb = microbatches[i];
+    // Delayed sync: gradients of all but the last microbatch only accumulate locally.
+    if (ddp_) ddp_->set_requires_gradient_sync(i + 1 == microbatches.size());
     torch::Tensor loss;
     {
       AutocastGuard autocast(bf16_);
@@ -125,7 +161,8 @@ torch::Tensor Trainer::forward_backward(const std::vector<data::Batch>& microbat
     loss.backward();
     loss_total += loss.detach();
   }
-  return loss_total;
+  if (ddp_) since_log_.comm_seconds += ddp_->take_exposed_comm_seconds();
+  return loss_total;  // this rank's share: the dp-group sum is the global mean
 }
 
 void Trainer::train() {
@@ -151,6 +188,13 @@ void Trainer::train() {
     if (step_ % config_.metrics.log_freq == 0 || last) log_metrics(result);
     if (config_.validation.enable && (step_ % config_.validation.freq == 0 || last)) validate();
     housekeeper_->maybe_run(step_);
+    if (step_ == 1 && dist_) {
+      // torchtitan's rule: the first step may be slow (allocation, warm-up); after it, a
+      // collective that takes longer than train_timeout_seconds means a rank is stuck.
+      auto timeout = std::chrono::milliseconds(config_.comm.train_timeout_seconds * 1000);
+      dist_->world->set_timeout(timeout);
+      dp_group_->set_timeout(timeout);
+    }
   }
   logger_->flush();
 }
@@ -161,8 +205,17 @@ void Trainer::log_metrics(const StepResult& result) {
   auto memory = metrics::memory_stats();
   metrics::StepMetrics m;
   m.step = step_;
-  m.loss = result.loss.item<double>();  // the only host reads of step tensors: at log steps
-  m.grad_norm = result.grad_norm.item<double>();
+  // The only host reads of step tensors, and the only metric collectives: at log steps.
+  auto loss = result.loss.detach().clone();
+  auto step_time = torch::tensor(seconds / double(since_log_.steps), torch::kDouble);
+  if (dist_) {
+    dp_group_->all_reduce(loss, distributed::ReduceOp::kSum);
+    dist_->world->all_reduce(step_time, distributed::ReduceOp::kMax);
+  }
+  m.loss = loss.item<double>();
+  m.grad_norm = result.grad_norm.item<double>();  // DDP grads are identical on every rank
+  m.time_step_max_s = step_time.item<double>();
+  m.comm_exposed_s = since_log_.comm_seconds / double(since_log_.steps);
   m.lr = config_.optimizer.lr * lr_scheduler_->factor(step_ - 1);
   m.tps = double(since_log_.tokens) / seconds;
   m.tflops = flops_per_token_ * m.tps / 1e12;
@@ -194,6 +247,12 @@ double Trainer::validate() {
     auto logits = model_->forward(batch.inputs.to(device_));
     loss_sum += summed_cross_entropy(logits, batch.labels.to(device_)).item<double>();
     tokens += count_valid_tokens(batch.labels).item<int64_t>();
+  }
+  if (dp_group_) {  // every dp rank evaluated its own shard of the validation windows
+    auto totals = torch::tensor({loss_sum, double(tokens)}, torch::kDouble);
+    dp_group_->all_reduce(totals, distributed::ReduceOp::kSum);
+    loss_sum = totals[0].item<double>();
+    tokens = int64_t(totals[1].item<double>());
   }
   double loss = loss_sum / double(std::max<int64_t>(tokens, 1));
   logger_->log_validation(step_, loss, tokens);

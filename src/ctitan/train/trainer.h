@@ -14,11 +14,13 @@
 #include "ctitan/config/job_config.h"
 #include "ctitan/data/packed_loader.h"
 #include "ctitan/data/tokenizer.h"
+#include "ctitan/distributed/rendezvous.h"
 #include "ctitan/metrics/metrics_logger.h"
 #include "ctitan/models/llama/model.h"
 #include "ctitan/train/adamw.h"
 #include "ctitan/train/housekeeping.h"
 #include "ctitan/train/lr_scheduler.h"
+#include "ctitan/parallel/ddp.h"
 
 namespace ctitan::train {
 
@@ -50,6 +52,8 @@ class Trainer {
   LrScheduler& lr_scheduler() { return *lr_scheduler_; }
   data::PackedLoader& dataloader() { return *dataloader_; }
   int64_t step() const { return step_; }
+  int64_t dp_rank() const { return dp_rank_; }
+  int64_t dp_degree() const { return dp_degree_; }
   int64_t gradient_accumulation_steps() const { return grad_accum_steps_; }
 
   // Every stateful part by name: model, optimizer, lr_scheduler, dataloader, rng, train_state.
@@ -58,15 +62,20 @@ class Trainer {
 
  private:
   std::vector<data::Batch> next_global_batch();
+  void setup_parallelism();
   void log_metrics(const StepResult& result);
   std::unique_ptr<data::PackedLoader> make_loader(const std::string& path, const std::string& format,
                                                   const std::string& key) const;
 
   config::JobConfig config_;
+  std::unique_ptr<distributed::DistContext> dist_;  // null for a single process
+  std::shared_ptr<distributed::Communicator> dp_group_;
+  int64_t dp_rank_ = 0, dp_degree_ = 1;
   torch::Device device_;
   bool bf16_;
   std::shared_ptr<const data::Tokenizer> tokenizer_;
   models::llama::Transformer model_{nullptr};
+  std::unique_ptr<parallel::DistributedDataParallel> ddp_;  // after model_: destroyed before it
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<LrScheduler> lr_scheduler_;
   std::unique_ptr<data::PackedLoader> dataloader_;
@@ -85,6 +94,7 @@ class Trainer {
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
     int64_t steps = 0, tokens = 0, allocs_at_start = 0;
     double data_seconds = 0;
+    double comm_seconds = 0;  // blocked in collectives on the training thread
   } since_log_;
 };
 

@@ -1,0 +1,71 @@
+#include "ctitan/distributed/dist_env.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <optional>
+
+#include "ctitan/common/error.h"
+
+namespace ctitan::distributed {
+namespace {
+
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::optional<std::string>(v) : std::nullopt;
+}
+
+int env_int(const char* name, int fallback) {
+  auto v = env(name);
+  if (!v) return fallback;
+  try {
+    size_t used = 0;
+    int parsed = std::stoi(*v, &used);
+    if (used == v->size()) return parsed;
+  } catch (const std::exception&) {
+  }
+  throw InputError(fmt::format("launcher error: environment variable {}='{}' is not an integer", name, *v));
+}
+
+}  // namespace
+
+DistEnv read_dist_env() {
+  DistEnv e;
+  if (env("RANK") || env("WORLD_SIZE")) {
+    e.source = "torchrun";
+    e.rank = env_int("RANK", 0);
+    e.world_size = env_int("WORLD_SIZE", 1);
+    e.local_rank = env_int("LOCAL_RANK", e.rank);
+    e.local_world_size = env_int("LOCAL_WORLD_SIZE", e.world_size);
+    e.group_rank = env_int("GROUP_RANK", 0);
+  } else if (env("SLURM_PROCID") && env("SLURM_NTASKS")) {
+    e.source = "slurm";
+    e.rank = env_int("SLURM_PROCID", 0);
+    e.world_size = env_int("SLURM_NTASKS", 1);
+    e.local_rank = env_int("SLURM_LOCALID", 0);
+    e.local_world_size = env_int("SLURM_NTASKS_PER_NODE", env_int("SLURM_TASKS_PER_NODE", 1));
+    e.group_rank = env_int("SLURM_NODEID", 0);
+  } else if (env("OMPI_COMM_WORLD_RANK")) {
+    e.source = "openmpi";
+    e.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
+    e.world_size = env_int("OMPI_COMM_WORLD_SIZE", 1);
+    e.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+    e.local_world_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+    e.group_rank = env_int("OMPI_COMM_WORLD_NODE_RANK", 0);
+  }
+  if (auto addr = env("MASTER_ADDR")) e.master_addr = *addr;
+  e.master_port = env_int("MASTER_PORT", e.master_port);
+  e.restart_count = env_int("TORCHELASTIC_RESTART_COUNT", 0);
+  auto agent = env("TORCHELASTIC_USE_AGENT_STORE");
+  e.agent_store = agent && (*agent == "True" || *agent == "true" || *agent == "1");
+  if (e.world_size < 1 || e.rank < 0 || e.rank >= e.world_size) {
+    throw InputError(fmt::format("launcher error: rank {} is outside world size {} (from {} variables)", e.rank,
+                                 e.world_size, e.source));
+  }
+  if (e.master_port <= 0 || e.master_port > 65535) {
+    throw InputError(fmt::format("launcher error: MASTER_PORT={} is not a valid port", e.master_port));
+  }
+  return e;
+}
+
+}  // namespace ctitan::distributed

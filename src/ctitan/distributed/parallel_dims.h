@@ -1,0 +1,31 @@
+#pragma once
+// The parallel degrees of a job, resolved against the world size, as torchtitan's ParallelDims.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ctitan/config/job_config.h"
+
+namespace ctitan::distributed {
+
+struct ParallelDims {
+  int64_t dp_replicate = 1;
+  int64_t dp_shard = 1;
+  int64_t tp = 1;
+  int64_t world_size = 1;
+
+  // Resolves data_parallel_shard_degree = -1 to the ranks left over. A product that does not
+  // equal the world size is a ConfigError naming every degree and the world size.
+  static ParallelDims from_config(const config::Parallelism& p, int64_t world_size);
+
+  int64_t dp() const { return dp_replicate * dp_shard; }
+  bool ddp_enabled() const { return dp_replicate > 1 && dp_shard == 1; }
+  bool fsdp_enabled() const { return dp_shard > 1; }
+  bool tp_enabled() const { return tp > 1; }
+
+  // The mesh's named dimensions, outermost first, sizes > 1 only (torchtitan's order).
+  std::vector<std::pair<std::string, int64_t>> mesh_dims() const;
+};
+
+}  // namespace ctitan::distributed

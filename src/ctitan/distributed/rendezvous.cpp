@@ -1,0 +1,100 @@
+#include "ctitan/distributed/rendezvous.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <sstream>
+
+#include "ctitan/common/error.h"
+#include "ctitan/config/config_manager.h"
+#include "ctitan/distributed/communicator.h"
+#include "ctitan/distributed/store.h"
+
+namespace ctitan::distributed {
+namespace {
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::string store_get_string(c10d::Store& store, const std::string& key) {
+  auto bytes = store.get(key);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+}  // namespace
+
+std::string first_config_difference(const std::string& a, const std::string& b) {
+  auto la = lines_of(a), lb = lines_of(b);
+  std::string section;
+  for (size_t i = 0; i < std::max(la.size(), lb.size()); ++i) {
+    std::string x = i < la.size() ? la[i] : "", y = i < lb.size() ? lb[i] : "";
+    if (!x.empty() && x.front() == '[') section = x.substr(1, x.find(']') - 1);
+    if (x == y) continue;
+    auto eq = x.find(" = ");
+    std::string key = eq == std::string::npos ? x : x.substr(0, eq);
+    auto value = [](const std::string& line) {
+      auto pos = line.find(" = ");
+      return pos == std::string::npos ? line : line.substr(pos + 3);
+    };
+    return fmt::format("{}.{} ({} vs {})", section, key, value(x), value(y));
+  }
+  return "";
+}
+
+void check_configs_agree(c10d::Store& store, int rank, int world_size, const std::string& config_toml) {
+  store.set(fmt::format("config/{}", rank), std::vector<uint8_t>(config_toml.begin(), config_toml.end()));
+  std::string reference;
+  try {
+    reference = store_get_string(store, "config/0");
+    for (int r = 1; r < world_size; ++r) {
+      auto other = store_get_string(store, fmt::format("config/{}", r));
+      auto diff = first_config_difference(reference, other);
+      if (!diff.empty()) {
+        throw InputError(fmt::format("rendezvous error: rank {}'s config differs from rank 0's at {}", r, diff));
+      }
+    }
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw InputError(fmt::format("rendezvous error: rank {} timed out waiting for the other ranks' configs: {}", rank,
+                                 std::string(e.what()).substr(0, std::string(e.what()).find('\n'))));
+  }
+}
+
+std::unique_ptr<DistContext> init_distributed(const config::JobConfig& config, const DistEnv& env) {
+  auto ctx = std::make_unique<DistContext>();
+  ctx->env = env;
+  ctx->dims = ParallelDims::from_config(config.parallelism, env.world_size);
+  auto timeout = std::chrono::milliseconds(config.comm.init_timeout_seconds * 1000);
+  ctx->store = connect_store(env, timeout);
+  check_configs_agree(*ctx->store, env.rank, env.world_size, config::to_toml(config));
+  ctx->world = Communicator::create(ctx->store, "world", env.rank, env.world_size, timeout);
+
+  std::vector<std::string> names;
+  std::vector<int64_t> sizes;
+  for (const auto& [name, size] : ctx->dims.mesh_dims()) {
+    names.push_back(name);
+    sizes.push_back(size);
+  }
+  if (names.empty()) {  // a world of one along every dim still gets a (trivial) dp dimension
+    names.push_back("dp_shard");
+    sizes.push_back(1);
+  }
+  ctx->mesh = std::make_unique<DeviceMesh>(names, sizes, env.rank);
+  std::vector<std::string> dp_dims;
+  for (const auto& n : names) {
+    if (n == "dp_replicate" || n == "dp_shard") dp_dims.push_back(n);
+  }
+  if (!dp_dims.empty()) ctx->mesh->flatten(dp_dims, "dp");
+  ctx->mesh->create_groups(ctx->store, timeout);
+  spdlog::info("rank {}/{} joined ({} launcher, restart round {}); mesh {}", env.rank, env.world_size, env.source,
+               env.restart_count, fmt::format("{}", fmt::join(names, " x ")));
+  return ctx;
+}
+
+}  // namespace ctitan::distributed

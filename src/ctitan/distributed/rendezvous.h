@@ -1,0 +1,38 @@
+#pragma once
+// Joins a job: connects to the store, checks that every rank resolved the same config, builds the
+// device mesh and its process groups. The counterpart of torchtitan's init_distributed.
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <memory>
+#include <string>
+
+#include "ctitan/config/job_config.h"
+#include "ctitan/distributed/device_mesh.h"
+#include "ctitan/distributed/dist_env.h"
+#include "ctitan/distributed/parallel_dims.h"
+
+namespace ctitan::distributed {
+
+class Communicator;
+
+struct DistContext {
+  DistEnv env;
+  ParallelDims dims;
+  c10::intrusive_ptr<c10d::Store> store;
+  std::shared_ptr<Communicator> world;
+  std::unique_ptr<DeviceMesh> mesh;  // dims with size > 1; "dp" flattens dp_replicate x dp_shard
+};
+
+// Everything is bounded by comm.init_timeout_seconds: a rank that never arrives is an error
+// naming it, never a hang.
+std::unique_ptr<DistContext> init_distributed(const config::JobConfig& config, const DistEnv& env);
+
+// Publishes this rank's resolved config and compares all ranks' with rank 0's. A mismatch throws
+// InputError on every rank, naming the first differing rank and key. Exposed for tests.
+void check_configs_agree(c10d::Store& store, int rank, int world_size, const std::string& config_toml);
+
+// The first "section.key" at which two TOML texts printed by config::to_toml differ, with both
+// values, or "" if they are equal.
+std::string first_config_difference(const std::string& a, const std::string& b);
+
+}  // namespace ctitan::distributed
