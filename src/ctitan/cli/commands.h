@@ -7,5 +7,7 @@ namespace ctitan::cli {
 void add_train_command(CLI::App& app);
 void add_tokenizer_command(CLI::App& app);
 void add_data_command(CLI::App& app);
+void add_selftest_command(CLI::App& app);
+void add_run_command(CLI::App& app);
 
 }  // namespace ctitan::cli

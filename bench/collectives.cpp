@@ -1,0 +1,130 @@
+// bench/collectives: all_reduce, all_gather_into_tensor and reduce_scatter_tensor on fp32 buffers
+// of 4 KB .. 256 MB (powers of 4), against Gloo's own ways of getting the same result:
+//   all_gather:     Gloo's list allgather into N separate tensors, then a copy into the flat one;
+//   reduce_scatter: Gloo's allreduce (in place on the input), then a copy of this rank's slice.
+// Run one process per rank, like any ctitan job:
+//   for r in 0 1 2 3; do RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=29611
+//     build/bin/collectives & done; wait        (one line in a shell)
+// Options: --max-mb M (largest buffer, default 256), --min-kb K (default 4).
+// Figures as nccl-tests defines them: size = the full buffer (the output of all_gather, the input
+// of reduce_scatter), algbw = size / time, busbw = algbw * 2(N-1)/N for all_reduce and
+// algbw * (N-1)/N for all_gather and reduce_scatter. Time = the slowest rank's mean per call.
+#include <fmt/format.h>
+
+#include <cstring>
+#include <functional>
+#include <string>
+
+#include "ctitan/common/threads.h"
+#include "ctitan/distributed/communicator.h"
+#include "ctitan/distributed/gloo_group.h"
+#include "ctitan/distributed/store.h"
+
+using namespace ctitan;
+using distributed::Communicator;
+using distributed::ReduceOp;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Few calls for big buffers, more for small: a 4-rank run of every size stays near 2 minutes on
+// 2 cores. (A fixed count would spend minutes at 256 MB or measure noise at 4 KB.)
+int iterations_for(int64_t bytes) {
+  return int(std::clamp<int64_t>((int64_t(64) << 20) / bytes, 3, 40));
+}
+
+// Mean seconds per call on the slowest rank, after one warm-up call.
+double time_it(Communicator& comm, int iters, const std::function<void()>& call) {
+  call();
+  comm.barrier();
+  auto start = Clock::now();
+  for (int i = 0; i < iters; ++i) call();
+  auto elapsed = torch::tensor({std::chrono::duration<double>(Clock::now() - start).count() / iters}, torch::kDouble);
+  comm.all_reduce(elapsed, ReduceOp::kMax);
+  return elapsed.item<double>();
+}
+
+std::string size_text(int64_t bytes) {
+  if (bytes >= (1 << 20)) return fmt::format("{} MB", bytes >> 20);
+  return fmt::format("{} KB", bytes >> 10);
+}
+
+struct Row {
+  double seconds;
+  double algbw, busbw;  // GB/s (1e9 bytes)
+};
+
+Row row(int64_t bytes, double seconds, double bus_factor) {
+  double algbw = bytes / seconds / 1e9;
+  return {seconds, algbw, algbw * bus_factor};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t max_bytes = int64_t(256) << 20, min_bytes = int64_t(4) << 10;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--max-mb")) max_bytes = int64_t(std::atof(argv[i + 1]) * (1 << 20));
+    if (!std::strcmp(argv[i], "--min-kb")) min_bytes = int64_t(std::atof(argv[i + 1]) * (1 << 10));
+  }
+  try {
+    int threads = configure_threads();
+    auto env = distributed::read_dist_env();
+    auto store = distributed::connect_store(env, std::chrono::seconds(60));
+    auto comm = Communicator::create(store, "bench", env.rank, env.world_size, std::chrono::seconds(300));
+    auto& gloo = *comm->process_group();
+    const int N = comm->size();
+    const double ring = double(N - 1) / N;
+    bool root = env.rank == 0;
+    if (root) {
+      fmt::print("collectives bench: {} ranks, fp32, Gloo over {}, {} intra-op thread(s) per rank\n", N,
+                 distributed::default_bind_host(), threads);
+      fmt::print("{:>8} | {:>9} {:>7} {:>7} | {:>9} {:>7} {:>7} {:>9} {:>7} {:>6} | {:>9} {:>7} {:>7} {:>9} {:>7} {:>6}\n",
+                 "size", "all_reduce", "algbw", "busbw", "all_gather", "algbw", "busbw", "list+copy", "busbw",
+                 "gain", "reduce_sc", "algbw", "busbw", "AR+slice", "busbw", "gain");
+      fmt::print("{:>8} | {:>9} {:>7} {:>7} | {:>9} {:>7} {:>7} {:>9} {:>7} {:>6} | {:>9} {:>7} {:>7} {:>9} {:>7} {:>6}\n",
+                 "", "ms", "GB/s", "GB/s", "ms", "GB/s", "GB/s", "ms", "GB/s", "", "ms", "GB/s", "GB/s", "ms", "GB/s", "");
+    }
+    for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+      const int64_t total = bytes / 4, n = total / N;  // fp32 elements: full buffer, one shard
+      const int64_t full = n * N;
+      const int iters = iterations_for(bytes);
+      auto big = torch::ones({full});
+      auto shard = torch::ones({n});
+
+      auto ar = row(full * 4, time_it(*comm, iters, [&] { comm->all_reduce(big, ReduceOp::kSum); }), 2 * ring);
+
+      auto ag = row(full * 4, time_it(*comm, iters, [&] { comm->all_gather_into_tensor(big, shard); }), ring);
+      auto ag_base = row(full * 4, time_it(*comm, iters, [&] {
+                           std::vector<std::vector<torch::Tensor>> outs(1);
+                           for (int i = 0; i < N; ++i) outs[0].push_back(torch::empty({n}));
+                           std::vector<torch::Tensor> ins{shard};
+                           gloo.allgather(outs, ins)->wait();
+                           torch::cat_out(big, outs[0]);
+                         }), ring);
+
+      auto rs = row(full * 4, time_it(*comm, iters, [&] { comm->reduce_scatter_tensor(shard, big, ReduceOp::kSum); }),
+                    ring);
+      auto rs_base = row(full * 4, time_it(*comm, iters, [&] {
+                           std::vector<torch::Tensor> ins{big};
+                           gloo.allreduce(ins)->wait();
+                           shard.copy_(big.narrow(0, env.rank * n, n));
+                         }), ring);
+
+      if (root) {
+        fmt::print("{:>8} | {:>9.3f} {:>7.2f} {:>7.2f} | {:>9.3f} {:>7.2f} {:>7.2f} {:>9.3f} {:>7.2f} {:>5.2f}x | "
+                   "{:>9.3f} {:>7.2f} {:>7.2f} {:>9.3f} {:>7.2f} {:>5.2f}x\n",
+                   size_text(bytes), ar.seconds * 1e3, ar.algbw, ar.busbw, ag.seconds * 1e3, ag.algbw, ag.busbw,
+                   ag_base.seconds * 1e3, ag_base.busbw, ag_base.seconds / ag.seconds, rs.seconds * 1e3, rs.algbw,
+                   rs.busbw, rs_base.seconds * 1e3, rs_base.busbw, rs_base.seconds / rs.seconds);
+        std::fflush(stdout);
+      }
+    }
+    comm->barrier();
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    fmt::print(stderr, "collectives: {}\n", what.substr(0, what.find('\n')));
+    return 1;
+  }
+  return 0;
+}

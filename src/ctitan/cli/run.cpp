@@ -1,0 +1,98 @@
+// `ctitan run [flags] SUBCOMMAND ARGS...` or `ctitan run [flags] --exec PROG ARGS...`: the
+// counterpart of torchrun. Flags take dashes or underscores (--nproc-per-node, --nproc_per_node).
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "ctitan/cli/commands.h"
+#include "ctitan/common/error.h"
+#include "ctitan/distributed/launcher.h"
+
+namespace ctitan::cli {
+namespace {
+
+std::set<int> parse_rank_list(const std::string& text) {
+  std::set<int> ranks;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    try {
+      size_t used = 0;
+      int r = std::stoi(item, &used);
+      if (used != item.size()) throw std::invalid_argument(item);
+      ranks.insert(r);
+    } catch (const std::exception&) {
+      throw InputError(fmt::format("run: --local-ranks-filter '{}' is not a comma-separated list of ranks", text), 2);
+    }
+  }
+  return ranks;
+}
+
+// "host:port" or "[v6addr]:port".
+void parse_endpoint(const std::string& endpoint, distributed::LaunchOptions& options) {
+  auto colon = endpoint.rfind(':');
+  std::string host = endpoint.substr(0, colon), port = colon == std::string::npos ? "" : endpoint.substr(colon + 1);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  try {
+    size_t used = 0;
+    options.master_port = std::stoi(port, &used);
+    if (used != port.size() || host.empty()) throw std::invalid_argument(endpoint);
+  } catch (const std::exception&) {
+    throw InputError(fmt::format("run: --rdzv-endpoint '{}' is not HOST:PORT", endpoint), 2);
+  }
+  options.master_addr = host;
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "run", "Launch worker processes on this node, like torchrun: run [flags] train --config FILE ...");
+  auto options = std::make_shared<distributed::LaunchOptions>();
+  auto filter = std::make_shared<std::string>();
+  auto endpoint = std::make_shared<std::string>();
+  cmd->add_option("--nproc-per-node,--nproc_per_node", options->nproc_per_node, "Workers on this node")
+      ->capture_default_str();
+  cmd->add_option("--nnodes", options->nnodes, "Nodes (launchers) in the job")->capture_default_str();
+  cmd->add_option("--node-rank,--node_rank", options->node_rank, "This node's index; node 0 hosts the store")
+      ->capture_default_str();
+  cmd->add_option("--master-addr,--master_addr", options->master_addr, "Address of node 0")->capture_default_str();
+  cmd->add_option("--master-port,--master_port", options->master_port, "Store port on node 0 (0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--rdzv-endpoint,--rdzv_endpoint", *endpoint, "HOST:PORT, sets --master-addr and --master-port");
+  cmd->add_option("--max-restarts,--max_restarts", options->max_restarts, "Restarts of all workers after a failure")
+      ->capture_default_str();
+  cmd->add_option("--local-ranks-filter,--local_ranks_filter", *filter,
+                  "Comma-separated local ranks whose output is shown (default: all)");
+  cmd->add_option("--log-dir,--log_dir", options->log_dir, "Also write rank R's output to DIR/attempt_K/rank_R.log");
+  cmd->add_option("--monitor-interval,--monitor_interval", options->monitor_interval_s,
+                  "Seconds between polls of the other nodes' state")
+      ->capture_default_str();
+  cmd->add_option("--rdzv-timeout,--rdzv_timeout", options->rdzv_timeout_s,
+                  "Seconds to wait for every node to join a round")
+      ->capture_default_str();
+  cmd->add_option("--term-timeout,--term_timeout", options->term_timeout_s,
+                  "Seconds between SIGTERM and SIGKILL when stopping workers")
+      ->capture_default_str();
+  cmd->add_flag("--exec,--no-python,--no_python", options->exec,
+                "Run PROG ARGS... instead of a ctitan subcommand");
+  // Everything from the first positional on (the subcommand or program) belongs to the workers.
+  cmd->prefix_command();
+  cmd->callback([cmd, options, filter, endpoint] {
+    options->command = cmd->remaining();
+    if (!options->command.empty() && options->command.front() == "--") options->command.erase(options->command.begin());
+    if (!filter->empty()) options->local_ranks_filter = parse_rank_list(*filter);
+    if (!endpoint->empty()) parse_endpoint(*endpoint, *options);
+    int code = distributed::launch(*options);
+    // A worker failure is not an exception: the launcher has printed its summary, and its exit
+    // code (1, or 128+signal) is the whole answer.
+    if (code != 0) {
+      std::fflush(stdout);
+      std::fflush(stderr);
+      std::exit(code);
+    }
+  });
+}
+
+}  // namespace ctitan::cli

@@ -1,0 +1,102 @@
+#pragma once
+// Communicator: collectives over one process group (a set of ranks), on c10d's ProcessGroupGloo.
+// Fills the gaps of Gloo in libtorch 1.13: reduce_scatter_tensor and all_gather_into_tensor on
+// flat buffers, bf16, AVG, async handles that hold buffers exactly until wait(), per-collective
+// timeouts with a one-line CommError, and byte/time counters. docs/COLLECTIVES.md has the details.
+//
+// Like every c10d group: all members must issue the same collectives in the same order, from one
+// thread per group. Tensors: fp32, fp64, bf16, fp16, int64, int32 (int8/uint8 pass as well).
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ctitan/distributed/comm_error.h"
+#include "ctitan/distributed/comm_stats.h"
+#include "ctitan/distributed/shard_padding.h"
+#include "ctitan/distributed/work.h"
+
+namespace ctitan::distributed {
+
+// kAvg = sum, then divide by size(). Integer tensors reject kAvg (CommError): a floored mean is
+// rarely what a caller wants, so they sum and divide themselves.
+enum class ReduceOp { kSum, kAvg, kMax };
+
+class Communicator {
+ public:
+  // Creates a group over PrefixStore(name, store) (so several groups share one store; names must
+  // be unique within a job) of `group_size` ranks, this process being `rank_in_group`. Every
+  // member must call it; it returns once all are connected, or throws CommError after `timeout`.
+  // `timeout` is also the initial collective timeout. `bind_host`: see create_gloo_group().
+  static std::shared_ptr<Communicator> create(c10::intrusive_ptr<c10d::Store> store, std::string name,
+                                              int rank_in_group, int group_size, std::chrono::milliseconds timeout,
+                                              const std::string& bind_host = "");
+  // The same for a group named by global ranks; `global_rank` must be one of `ranks`, and its
+  // index there is its rank in the group.
+  static std::shared_ptr<Communicator> create_for_ranks(c10::intrusive_ptr<c10d::Store> store, std::string name,
+                                                        const std::vector<int>& ranks, int global_rank,
+                                                        std::chrono::milliseconds timeout,
+                                                        const std::string& bind_host = "");
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& name() const { return name_; }
+
+  // Deadline of each later collective, counted from its issue (comm.train_timeout_seconds after
+  // the first step). It can shorten Gloo's internal timeout but not extend it past the one the
+  // group was created with: create groups with the longest timeout you will need.
+  void set_timeout(std::chrono::milliseconds t) { timeout_ms_ = t.count(); }
+  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms_.load()); }
+
+  // Every collective returns a handle; with async_op = false it is already completed (and the
+  // call threw if the collective failed). With async_op = true, do not touch the tensors until
+  // wait() returned.
+
+  // In place over `t`.
+  std::shared_ptr<Work> all_reduce(torch::Tensor t, ReduceOp op, bool async_op = false);
+  // `t` of rank `root` (a rank in this group) lands in `t` of every rank, bit for bit.
+  std::shared_ptr<Work> broadcast(torch::Tensor t, int root, bool async_op = false);
+  void barrier();
+  // output.numel() == size() * n, n = input.numel(): rank i's input lands in output[i*n, (i+1)*n)
+  // (flat order), bit for bit.
+  std::shared_ptr<Work> all_gather_into_tensor(torch::Tensor output, torch::Tensor input, bool async_op = false);
+  // input.numel() == size() * n, n = output.numel(): output = reduction over ranks of
+  // input[rank*n, (rank+1)*n). For sizes not divisible by size(), pad (shard_padding.h).
+  std::shared_ptr<Work> reduce_scatter_tensor(torch::Tensor output, torch::Tensor input, ReduceOp op,
+                                              bool async_op = false);
+
+  // Keyed "all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier".
+  std::map<std::string, CollectiveStats> stats() const { return stats_->snapshot(); }
+  // Collectives issued so far on this group by this rank (the "#17" of error messages).
+  int64_t sequence_number() const { return sequence_.load(); }
+  c10::intrusive_ptr<c10d::ProcessGroup> process_group() const { return gloo_; }
+
+ private:
+  Communicator(std::string name, int rank, int size, std::chrono::milliseconds timeout);
+  // Refuses calls on a failed group, numbers the collective and counts its bytes.
+  std::shared_ptr<detail::WorkState> begin(const char* op, const torch::Tensor& payload);
+  // Arms the completion of `backend`, then waits for it unless `async_op`.
+  std::shared_ptr<Work> issue(std::shared_ptr<detail::WorkState> state, c10::intrusive_ptr<c10d::Work> backend,
+                              bool async_op, std::chrono::steady_clock::time_point started);
+  c10d::ProcessGroup& backend_for(const torch::Tensor& t);
+
+  std::string name_;
+  int rank_;
+  int size_;
+  std::atomic<int64_t> timeout_ms_;
+  std::atomic<int64_t> sequence_{0};
+  std::shared_ptr<StatsTable> stats_ = std::make_shared<StatsTable>();
+  std::shared_ptr<GroupHealth> health_ = std::make_shared<GroupHealth>();
+  c10::intrusive_ptr<c10d::ProcessGroup> gloo_;
+  c10::intrusive_ptr<c10d::ProcessGroup> nccl_;  // only with CTITAN_WITH_NCCL and CUDA (untested)
+};
+
+}  // namespace ctitan::distributed

@@ -1,0 +1,42 @@
+#pragma once
+// `ctitan run`, the counterpart of torchrun: starts nproc_per_node workers on this node, hosts
+// (node 0) or joins the job's TCPStore, rendezvouses with the other nodes' launchers, prefixes
+// the workers' output, and stops or restarts every node's workers when one of them fails.
+//
+// The pieces live next to this file:
+//   launcher_workers.h     fork/exec of one worker, its environment, signals, exit status
+//   launcher_output.h      per-rank line splitting: console prefix, log file, last lines
+//   launcher_rendezvous.h  the launchers' keys on the store: join a round, failure, done
+#include <set>
+#include <string>
+#include <vector>
+
+namespace ctitan::distributed {
+
+struct LaunchOptions {
+  int nproc_per_node = 1;              // workers on this node
+  int nnodes = 1;                      // launchers (nodes) in the job
+  int node_rank = 0;                   // this launcher's node index; node 0 hosts the store
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;             // 0: the store picks a free port (single node only)
+  int max_restarts = 0;                // extra rounds after a failure, on every node
+  std::set<int> local_ranks_filter;    // local ranks whose output reaches the console; empty = all
+  std::string log_dir;                 // non-empty: tee rank R to log_dir/attempt_{k}/rank_{R}.log
+  double monitor_interval_s = 0.1;     // how often the store is polled for other nodes' state
+  double rdzv_timeout_s = 300;         // how long to wait for every node to join a round
+  double term_timeout_s = 5;           // SIGTERM-to-SIGKILL grace period when stopping workers
+  bool exec = false;                   // command[0] is any program, not a ctitan subcommand
+  std::vector<std::string> command;    // what every worker runs (a ctitan subcommand by default)
+};
+
+// Throws InputError (exit code 2) naming the flag when an option is out of range or
+// inconsistent, e.g. --master-port 0 with --nnodes 2.
+void validate(const LaunchOptions& options);
+
+// Runs rounds of workers until one round succeeds on every node or the restarts are used up.
+// Returns the launcher's exit code: 0 when every worker of the final round exited 0, 1 after a
+// worker failure (a summary naming the rank is printed on stderr), 128+signo when the launcher
+// was stopped by SIGINT/SIGTERM. Throws InputError for bad options and rendezvous timeouts.
+int launch(const LaunchOptions& options);
+
+}  // namespace ctitan::distributed

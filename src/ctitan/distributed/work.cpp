@@ -1,0 +1,125 @@
+#include "ctitan/distributed/work.h"
+
+#include <fmt/format.h>
+
+#include <thread>
+
+namespace ctitan::distributed {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+std::string what_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const c10::Error& e) {
+    return first_line(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return first_line(e.what());
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+std::string seconds_text(std::chrono::milliseconds t) { return fmt::format("{:g}s", t.count() / 1000.0); }
+
+std::string timeout_message(const detail::WorkState& s) {
+  return fmt::format("collective timeout: {} did not complete within {}", s.label, seconds_text(s.timeout));
+}
+
+// Runs on the backend thread that completed the collective (or inline if it already had).
+void complete(const std::shared_ptr<detail::WorkState>& s, std::exception_ptr error) {
+  std::function<void()> finish;
+  {
+    std::lock_guard<std::mutex> lock(s->mutex);
+    finish = std::move(s->finish);
+    s->finish = nullptr;
+  }
+  if (!error && finish) {
+    try {
+      finish();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  finish = nullptr;  // temporaries captured by `finish` die here, before anyone is told `done`
+  {
+    std::lock_guard<std::mutex> lock(s->mutex);
+    s->error = error;
+    s->done = true;
+  }
+  s->done_cv.notify_all();
+}
+
+// The backend's worker thread still holds its own reference to the c10d work (and through it to
+// the tensors) for a few microseconds after signalling completion. Wait for it to let go, so
+// that after wait() our caller holds the only references and freeing a buffer frees it now.
+void release_backend(c10::intrusive_ptr<c10d::Work>& backend) {
+  auto give_up = Clock::now() + std::chrono::seconds(1);
+  auto t0 = Clock::now(); long uc0 = backend ? backend.use_count() : 0;
+  while (backend && backend.use_count() > 1 && Clock::now() < give_up) std::this_thread::yield();
+  if (std::getenv("CTITAN_DEBUG_RELEASE")) fprintf(stderr, "release: uc0=%ld uc=%ld waited=%.6f\n", uc0, backend ? (long)backend.use_count() : 0L, std::chrono::duration<double>(Clock::now()-t0).count());
+  backend.reset();
+}
+
+}  // namespace
+
+void Work::wait() {
+  auto& s = *state_;
+  auto start = Clock::now();
+  std::unique_lock<std::mutex> lock(s.mutex);
+  if (s.waited) return;
+  if (!s.done_cv.wait_until(lock, s.deadline, [&] { return s.done; })) {
+    // The backend thread may stay blocked until Gloo's own timeout; the tensors stay referenced
+    // by it, and the group is unusable from here on.
+    auto message = timeout_message(s);
+    s.health->mark_failed(message);
+    s.stats->add_seconds(s.stats_key, std::chrono::duration<double>(Clock::now() - start).count());
+    throw CommError(message);
+  }
+  s.waited = true;
+  auto error = s.error;
+  lock.unlock();
+
+  release_backend(s.backend);
+  s.held.clear();
+  s.stats->add_seconds(s.stats_key,
+                       s.issue_seconds + std::chrono::duration<double>(Clock::now() - start).count());
+  if (error) {
+    auto what = what_of(error);
+    // Gloo's own timeout (fixed when the group was created) can fire before ours.
+    auto message = what.find("Timed out") != std::string::npos
+                       ? timeout_message(s) + " (" + what + ")"
+                       : fmt::format("collective failed: {}: {}", s.label, what);
+    s.health->mark_failed(message);
+    throw CommError(message);
+  }
+}
+
+bool Work::is_completed() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->done;
+}
+
+namespace detail {
+
+std::shared_ptr<Work> launch(std::shared_ptr<WorkState> state, c10::intrusive_ptr<c10d::Work> backend) {
+  auto future = backend->getFuture();
+  state->backend = std::move(backend);
+  // The callback owns `state`, so a collective whose handle was dropped unwaited still finishes
+  // (copy-back, reduction) instead of leaving its output half-written.
+  future->addCallback([state](c10::ivalue::Future& f) {
+    complete(state, f.hasError() ? f.exception_ptr() : nullptr);
+  });
+  return std::make_shared<Work>(std::move(state));
+}
+
+std::shared_ptr<Work> complete_locally(std::shared_ptr<WorkState> state) {
+  complete(state, nullptr);
+  return std::make_shared<Work>(std::move(state));
+}
+
+}  // namespace detail
+}  // namespace ctitan::distributed
