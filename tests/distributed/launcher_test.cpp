@@ -291,8 +291,8 @@ TEST(CliLauncher, FailureOnOneNodeStopsBothNodesWithoutRestarts) {
   EXPECT_LT(seconds_since(start), 15);
   EXPECT_EQ(node0.exit_code, 1) << node0.output;
   EXPECT_EQ(node1.exit_code, 1) << node1.output;
-  EXPECT_TRUE(std::regex_search(last_line(node0.output), std::regex(R"(rank 1 \(pid \d+\) exited with code 7 on node 1)")))
-      << node0.output;
+  std::regex remote_cause(R"(rank 1 \(pid \d+\) exited with code 7 on node 1)");
+  EXPECT_TRUE(std::regex_search(last_line(node0.output), remote_cause)) << node0.output;
   EXPECT_TRUE(contains(last_line(node1.output), "exited with code 7")) << node1.output;
 }
 

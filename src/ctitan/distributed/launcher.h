@@ -3,10 +3,12 @@
 // (node 0) or joins the job's TCPStore, rendezvouses with the other nodes' launchers, prefixes
 // the workers' output, and stops or restarts every node's workers when one of them fails.
 //
-// The pieces live next to this file:
-//   launcher_workers.h     fork/exec of one worker, its environment, signals, exit status
+// The pieces live next to this file (launcher.cpp itself runs the rounds):
+//   launcher_group.h       this node's workers of one round: start, watch, stop, report
+//   launcher_workers.h     fork/exec of one worker, its environment, its exit status
 //   launcher_output.h      per-rank line splitting: console prefix, log file, last lines
 //   launcher_rendezvous.h  the launchers' keys on the store: join a round, failure, done
+//   launcher_signals.h     SIGINT/SIGTERM/SIGCHLD turned into bytes on a pollable pipe
 #include <set>
 #include <string>
 #include <vector>

@@ -24,7 +24,9 @@ extern char** environ;
 namespace ctitan::distributed {
 namespace {
 
-[[noreturn]] void throw_errno(const std::string& what) { throw std::system_error(errno, std::generic_category(), what); }
+[[noreturn]] void throw_errno(const std::string& what) {
+  throw std::system_error(errno, std::generic_category(), what);
+}
 
 bool is_executable(const std::string& path) { return access(path.c_str(), X_OK) == 0; }
 
@@ -185,9 +187,9 @@ WorkerProcess::~WorkerProcess() {
   for (int i = 0; i < 2; ++i) close_fd(i);
 }
 
-void WorkerProcess::close_fd(int which) {
-  if (fds_[which] >= 0) close(fds_[which]);
-  fds_[which] = -1;
+void WorkerProcess::close_fd(int stream) {
+  if (fds_[stream] >= 0) close(fds_[stream]);
+  fds_[stream] = -1;
 }
 
 bool WorkerProcess::try_reap() {

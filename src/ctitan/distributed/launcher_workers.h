@@ -51,10 +51,9 @@ class WorkerProcess {
   int rank() const { return rank_; }
   int local_rank() const { return local_rank_; }
   pid_t pid() const { return pid_; }
-  // Read ends, non-blocking; -1 once closed.
-  int stdout_fd() const { return fds_[0]; }
-  int stderr_fd() const { return fds_[1]; }
-  void close_fd(int which);  // 0 = stdout, 1 = stderr
+  // Read end of the worker's stdout (stream 0) or stderr (stream 1), non-blocking; -1 once closed.
+  int fd(int stream) const { return fds_[stream]; }
+  void close_fd(int stream);
 
   // waitpid(WNOHANG). True exactly once: when this call found the worker ended.
   bool try_reap();
