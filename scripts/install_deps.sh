@@ -8,6 +8,7 @@ packages=(
   libopenblas0-pthread   # fp32 matmul: without it, libblas.so.3 is the slow reference BLAS
   libtorch-dev libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev
   nlohmann-json3-dev libgtest-dev libpcre2-dev
+  libgloo-dev     # ProcessGroupGloo.hpp includes gloo headers
   python3-torch   # the PyTorch-eager baseline of `make bench`
   fortunes        # the demo corpus
 )

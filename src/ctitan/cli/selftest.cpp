@@ -30,9 +30,11 @@ const std::vector<torch::ScalarType> kDtypes = {torch::kFloat, torch::kDouble, t
 const std::vector<std::pair<ReduceOp, const char*>> kOps = {
     {ReduceOp::kSum, "sum"}, {ReduceOp::kAvg, "avg"}, {ReduceOp::kMax, "max"}};
 
-// n = 1, 7, 1001 (odd: never a multiple of the world size) and one ~4 MB buffer (also odd).
-std::vector<int64_t> sizes_for(torch::ScalarType dtype) {
-  return {1, 7, 1001, (int64_t(4) << 20) / int64_t(c10::elementSize(dtype)) + 1};
+// n = 1, 7, 1001 and one n for which the full buffer (n, or N * n for all_gather and
+// reduce_scatter, whose big side is N * n) is ~4 MB. All odd.
+std::vector<int64_t> sizes_for(torch::ScalarType dtype, int64_t buffers_per_n = 1) {
+  int64_t big = (int64_t(4) << 20) / int64_t(c10::elementSize(dtype)) / buffers_per_n;
+  return {1, 7, 1001, big | 1};
 }
 
 // Rank r's input for reductions: integers in [-14, 14], exact in every dtype, and so are their
@@ -40,7 +42,7 @@ std::vector<int64_t> sizes_for(torch::ScalarType dtype) {
 // exactly; only AVG rounds.
 // Elements [start, start + n) of it.
 torch::Tensor small_ints(int rank, int64_t n, torch::ScalarType dtype, int salt, int64_t start = 0) {
-  auto i = torch::arange(start, start + n, torch::kLong);
+  auto i = torch::arange(start, start + n, torch::kLong);  // int64: N * n may exceed int32 / 11
   return ((i * 11 + rank * 37 + salt * 5) % 29 - 14).to(dtype);
 }
 
@@ -110,6 +112,8 @@ class Checker {
       return;
     }
     if (failure_) throw InputError(*failure_);
+    // Exit after the failing rank, so that a launcher names it (not us) as the root cause.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
     throw InputError(fmt::format("selftest collectives: check group '{}' failed on another rank", name));
   }
 
@@ -165,7 +169,7 @@ void check_reductions(Checker& c, Communicator& comm, bool scatter) {
         }
         std::vector<Pending> pending;
         int salt = 0;
-        for (int64_t n : sizes_for(dtype)) {
+        for (int64_t n : sizes_for(dtype, scatter ? N : 1)) {
           ++salt;
           int64_t total = scatter ? N * n : n;
           // What rank r must end up with: the reduction over ranks of their inputs' slice r
@@ -193,7 +197,7 @@ void check_moves(Checker& c, Communicator& comm, bool gather) {
     for (bool async_op : {false, true}) {
       std::vector<Pending> pending;
       int salt = 0;
-      for (int64_t n : sizes_for(dtype)) {
+      for (int64_t n : sizes_for(dtype, gather ? N : 1)) {
         ++salt;
         root = (root + 1) % N;  // every rank gets to be the root
         torch::Tensor out, expected;
@@ -286,14 +290,23 @@ void run_checks(Communicator& world, const c10::intrusive_ptr<c10d::Store>& stor
   c.group("padding round trip", [&] { check_padding(c, world); });
   c.group("async buffer release", [&] { check_release(c, world); });
   if (world.size() >= 4) {
-    // Two (or more) groups of 2 over the same store, used at the same time as the world group.
+    // Groups of 2 over the same store ("pair0" = ranks 0 and 1, ...), while a world all_reduce
+    // is in flight: groups sharing a store and a Gloo device must not mix up their traffic.
     c.group("sub-groups of 2", [&] {
-      if (global_rank / 2 * 2 + 1 >= world.size()) return;  // odd world: the last rank sits out
-      auto pair = Communicator::create(store, fmt::format("pair{}", global_rank / 2), global_rank % 2, 2,
-                                       world.timeout());
-      check_reductions(c, *pair, false);
-      check_reductions(c, *pair, true);
-      check_moves(c, *pair, true);
+      const int N = world.size();
+      std::vector<torch::Tensor> all;
+      for (int j = 0; j < N; ++j) all.push_back(small_ints(j, 100003, torch::kFloat, 99));
+      auto in_flight = all[global_rank].clone();
+      auto work = world.all_reduce(in_flight, ReduceOp::kSum, /*async_op=*/true);
+      if (global_rank / 2 * 2 + 1 < N) {  // odd world: the last rank sits out
+        auto pair = Communicator::create(store, fmt::format("pair{}", global_rank / 2), global_rank % 2, 2,
+                                         world.timeout());
+        check_reductions(c, *pair, false);
+        check_reductions(c, *pair, true);
+        check_moves(c, *pair, true);
+      }
+      work->wait();
+      c.expect("world all_reduce during the pair checks", mismatch(in_flight, reference(all, ReduceOp::kSum), 0));
     });
   }
   c.group("stats and sequence numbers", [&] {

@@ -18,6 +18,7 @@
 
 #include "ctitan/distributed/comm_error.h"
 #include "ctitan/distributed/comm_stats.h"
+#include "ctitan/distributed/scratch_pool.h"
 #include "ctitan/distributed/shard_padding.h"
 #include "ctitan/distributed/work.h"
 
@@ -84,8 +85,9 @@ class Communicator {
   // Refuses calls on a failed group, numbers the collective and counts its bytes.
   std::shared_ptr<detail::WorkState> begin(const char* op, const torch::Tensor& payload);
   // Arms the completion of `backend`, then waits for it unless `async_op`.
-  std::shared_ptr<Work> issue(std::shared_ptr<detail::WorkState> state, c10::intrusive_ptr<c10d::Work> backend,
-                              bool async_op, std::chrono::steady_clock::time_point started);
+  std::shared_ptr<Work> issue(std::shared_ptr<detail::WorkState> state,
+                              std::vector<c10::intrusive_ptr<c10d::Work>> backends, bool async_op,
+                              std::chrono::steady_clock::time_point started);
   c10d::ProcessGroup& backend_for(const torch::Tensor& t);
 
   std::string name_;
@@ -95,6 +97,7 @@ class Communicator {
   std::atomic<int64_t> sequence_{0};
   std::shared_ptr<StatsTable> stats_ = std::make_shared<StatsTable>();
   std::shared_ptr<GroupHealth> health_ = std::make_shared<GroupHealth>();
+  std::shared_ptr<ScratchPool> scratch_ = std::make_shared<ScratchPool>();
   c10::intrusive_ptr<c10d::ProcessGroup> gloo_;
   c10::intrusive_ptr<c10d::ProcessGroup> nccl_;  // only with CTITAN_WITH_NCCL and CUDA (untested)
 };

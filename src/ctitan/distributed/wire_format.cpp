@@ -46,6 +46,16 @@ at::Tensor contiguous_wire(const at::Tensor& t) { return t.is_contiguous() ? t :
 void reduce_received_chunks(const at::Tensor& chunks, bool max, int64_t divisor, at::Tensor& output) {
   auto dtype = output.scalar_type();
   auto typed = chunks.scalar_type() == dtype ? chunks : chunks.view(dtype);
+  if (output.is_contiguous() && !is_16bit_float(dtype)) {  // straight into the output: no temporary
+    auto out = output.view({-1});
+    if (max) {
+      at::amax_out(out, typed, {0});
+    } else {
+      at::sum_out(out, typed, {0}, false, dtype);
+    }
+    if (divisor > 1) out.div_(divisor);
+    return;
+  }
   at::Tensor result = max ? typed.amax(0) : typed.sum(0, false, is_16bit_float(dtype) ? at::kFloat : dtype);
   if (divisor > 1) result.div_(divisor);
   output.copy_(result.view(output.sizes()));

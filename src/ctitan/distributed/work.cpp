@@ -53,15 +53,16 @@ void complete(const std::shared_ptr<detail::WorkState>& s, std::exception_ptr er
   s->done_cv.notify_all();
 }
 
-// The backend's worker thread still holds its own reference to the c10d work (and through it to
-// the tensors) for a few microseconds after signalling completion. Wait for it to let go, so
-// that after wait() our caller holds the only references and freeing a buffer frees it now.
-void release_backend(c10::intrusive_ptr<c10d::Work>& backend) {
+// The backend's worker thread still holds its own reference to each c10d work (and through it
+// to the tensors) for a moment after signalling completion: microseconds, or a few milliseconds
+// when the cores are busy. Wait for it to let go, so that after wait() the caller holds the only
+// references and freeing a buffer frees it then. (Bounded: a stuck reference costs 1 s, not a hang.)
+void release_backends(std::vector<c10::intrusive_ptr<c10d::Work>>& backends) {
   auto give_up = Clock::now() + std::chrono::seconds(1);
-  auto t0 = Clock::now(); long uc0 = backend ? backend.use_count() : 0;
-  while (backend && backend.use_count() > 1 && Clock::now() < give_up) std::this_thread::yield();
-  if (std::getenv("CTITAN_DEBUG_RELEASE")) fprintf(stderr, "release: uc0=%ld uc=%ld waited=%.6f\n", uc0, backend ? (long)backend.use_count() : 0L, std::chrono::duration<double>(Clock::now()-t0).count());
-  backend.reset();
+  for (auto& backend : backends) {
+    while (backend.use_count() > 1 && Clock::now() < give_up) std::this_thread::yield();
+  }
+  backends.clear();
 }
 
 }  // namespace
@@ -83,7 +84,7 @@ void Work::wait() {
   auto error = s.error;
   lock.unlock();
 
-  release_backend(s.backend);
+  release_backends(s.backends);
   s.held.clear();
   s.stats->add_seconds(s.stats_key,
                        s.issue_seconds + std::chrono::duration<double>(Clock::now() - start).count());
@@ -105,14 +106,26 @@ bool Work::is_completed() {
 
 namespace detail {
 
-std::shared_ptr<Work> launch(std::shared_ptr<WorkState> state, c10::intrusive_ptr<c10d::Work> backend) {
-  auto future = backend->getFuture();
-  state->backend = std::move(backend);
-  // The callback owns `state`, so a collective whose handle was dropped unwaited still finishes
+std::shared_ptr<Work> launch(std::shared_ptr<WorkState> state, std::vector<c10::intrusive_ptr<c10d::Work>> backends) {
+  std::vector<c10::intrusive_ptr<c10::ivalue::Future>> futures;
+  for (auto& b : backends) futures.push_back(b->getFuture());
+  state->backends = std::move(backends);
+  state->pending = futures.size();
+  if (futures.empty()) return complete_locally(std::move(state));
+  // The callbacks own `state`, so a collective whose handle was dropped unwaited still finishes
   // (copy-back, reduction) instead of leaving its output half-written.
-  future->addCallback([state](c10::ivalue::Future& f) {
-    complete(state, f.hasError() ? f.exception_ptr() : nullptr);
-  });
+  for (auto& future : futures) {
+    future->addCallback([state](c10::ivalue::Future& f) {
+      std::exception_ptr error;
+      {
+        std::lock_guard<std::mutex> lock(state->mutex);
+        if (f.hasError() && !state->backend_error) state->backend_error = f.exception_ptr();
+        if (--state->pending > 0) return;
+        error = state->backend_error;
+      }
+      complete(state, error);
+    });
+  }
   return std::make_shared<Work>(std::move(state));
 }
 

@@ -61,7 +61,11 @@ struct WorkState {
   bool done = false;     // backend finished and `finish` ran
   bool waited = false;   // wait() has consumed the result
   std::exception_ptr error;
-  c10::intrusive_ptr<c10d::Work> backend;
+  // The backend operations making up this collective (all_gather is one broadcast per rank);
+  // it is done when all are. `pending` counts those not yet finished.
+  std::vector<c10::intrusive_ptr<c10d::Work>> backends;
+  size_t pending = 0;
+  std::exception_ptr backend_error;  // the first backend failure
   // The caller's tensors and any temporaries. Hold them until wait(): the collective reads and
   // writes them asynchronously, so freeing them earlier would corrupt the result; holding them
   // longer would raise peak memory (FSDP frees gathered parameters right after use).
@@ -92,8 +96,8 @@ class Work {
 
 namespace detail {
 
-// Hands `state` its backend work and arms the completion callback. Returns the caller's handle.
-std::shared_ptr<Work> launch(std::shared_ptr<WorkState> state, c10::intrusive_ptr<c10d::Work> backend);
+// Hands `state` its backend works and arms their completion callbacks. Returns the caller's handle.
+std::shared_ptr<Work> launch(std::shared_ptr<WorkState> state, std::vector<c10::intrusive_ptr<c10d::Work>> backends);
 // For collectives with nothing to move (empty tensors): runs `finish` now and completes.
 std::shared_ptr<Work> complete_locally(std::shared_ptr<WorkState> state);
 
