@@ -12,23 +12,13 @@ namespace {
 
 using testing::RunResult;
 using testing::TempDir;
-
-std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::vector<nlohmann::json> rows;
-  std::istringstream in(testing::read_file(path));
-  for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
-  return rows;
-}
+using testing::concat;
+using testing::read_jsonl;
 
 std::string last_line(const std::string& text) {
   auto end = text.find_last_not_of('\n');
   auto start = text.rfind('\n', end);
   return text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
-}
-
-std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
 }
 
 // A failed run: the expected exit code, and a last line "ctitan: ..." naming the culprit.
@@ -42,10 +32,16 @@ void expect_clean_failure(const RunResult& r, int exit_code, const std::string& 
 
 TEST(CliTrain, TrainsAndWritesMetricsJsonl) {
   TempDir dir;
-  auto r = testing::run_ctitan(concat({"train"}, testing::tiny_job_args(dir.path())));
+  auto r = testing::run_ctitan(concat({"train"}, concat(testing::tiny_job_args(dir.path()),
+      {"--validation.enable", "--validation.freq", "30", "--validation.steps", "2"})));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto rows = read_jsonl(dir.file("metrics.jsonl"));
+  std::vector<nlohmann::json> rows, validation;
+  for (auto& row : read_jsonl(dir.file("metrics.jsonl"))) (row.contains("validation_loss") ? validation : rows).push_back(row);
   ASSERT_EQ(rows.size(), 6u);  // steps 10, 20, ..., 60
+  ASSERT_EQ(validation.size(), 2u);  // steps 30 and 60, 2 batches of 4 x 32 tokens each
+  EXPECT_EQ(validation[1]["step"], 60);
+  EXPECT_EQ(validation[1]["validation_tokens"], 2 * 4 * 32);
+  EXPECT_LT(validation[1]["validation_loss"].get<double>(), validation[0]["validation_loss"].get<double>());
   for (auto key : {"step", "loss", "grad_norm", "lr", "tps", "tflops", "mfu", "memory_active_bytes",
                    "memory_peak_bytes", "memory_rss_bytes", "time_step_s", "time_data_s"}) {
     EXPECT_TRUE(rows[0].contains(key)) << key;

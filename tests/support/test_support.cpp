@@ -48,6 +48,18 @@ std::string generated_corpus(int n_docs, int words_per_doc, unsigned seed) {
   return out.str();
 }
 
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> rows;
+  std::istringstream in(read_file(path));
+  for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 RunResult run_ctitan(const std::vector<std::string>& args, int timeout_s) {
   char out_template[] = "/tmp/ctitan_run_XXXXXX";
   int out_fd = mkstemp(out_template);

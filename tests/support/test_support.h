@@ -1,6 +1,7 @@
 #pragma once
 // Helpers shared by tests: temporary folders, generated corpora, and running the ctitan binary.
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,12 @@ std::string read_file(const std::string& path);
 // Deterministic English-like text generated from a small word list: `n_docs` documents
 // separated by strfile "%" lines. Tests never ship third-party text.
 std::string generated_corpus(int n_docs, int words_per_doc, unsigned seed = 1);
+
+// One JSON object per line, as metrics.jsonl.
+std::vector<nlohmann::json> read_jsonl(const std::string& path);
+
+// a followed by b: builds command lines from shared pieces.
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b);
 
 struct RunResult {
   int exit_code = -1;
