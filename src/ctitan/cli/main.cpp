@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const ctitan::ExitStatus& e) {
+    return e.code();
   } catch (const ctitan::InputError& e) {
     fmt::print(stderr, "ctitan: {}\n", first_line(e.what()));
     return e.exit_code();

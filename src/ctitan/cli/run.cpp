@@ -87,11 +87,7 @@ void add_run_command(CLI::App& app) {
     int code = distributed::launch(*options);
     // A worker failure is not an exception: the launcher has printed its summary, and its exit
     // code (1, or 128+signal) is the whole answer.
-    if (code != 0) {
-      std::fflush(stdout);
-      std::fflush(stderr);
-      std::exit(code);
-    }
+    if (code != 0) throw ExitStatus(code);
   });
 }
 

@@ -23,4 +23,15 @@ class ConfigError : public InputError {
   explicit ConfigError(const std::string& message) : InputError("config error: " + message, 2) {}
 };
 
+// Not an error of ctitan's own: a command has already reported its outcome (e.g. `ctitan run`'s
+// summary of a failed worker) and only the exit code is left to return. main() prints nothing.
+class ExitStatus : public std::runtime_error {
+ public:
+  explicit ExitStatus(int code) : std::runtime_error("exit " + std::to_string(code)), code_(code) {}
+  int code() const { return code_; }
+
+ private:
+  int code_;
+};
+
 }  // namespace ctitan
