@@ -4,6 +4,7 @@
 
 #include "ctitan/common/error.h"
 #include "ctitan/distributed/parallel_dims.h"
+#include "support/test_support.h"
 
 namespace ctitan::distributed {
 namespace {
@@ -67,3 +68,27 @@ TEST(ParallelDims, ResolvesTheRestAndNamesTheDegreesOnMismatch) {
 
 }  // namespace
 }  // namespace ctitan::distributed
+
+// The same membership, checked with real process groups: 4 ranks through the launcher, each group
+// all-gathers its members' global ranks and compares with the mesh's coordinates.
+namespace ctitan {
+namespace {
+
+TEST(CliMesh, RealGroupsMatchTheCoordinatesFor2x2And1x4) {
+  for (std::string shape : {"2x2", "1x4"}) {
+    auto r = testing::run_ctitan({"run", "--nproc-per-node", "4", "--master-port", "0", "selftest", "mesh",
+                                  "--shape", shape}, 90);
+    ASSERT_EQ(r.exit_code, 0) << shape << "\n" << r.output;
+    if (shape == "2x2") {
+      // Rank 3 = coordinate (1, 1): replicate group {1, 3}, shard group {2, 3}.
+      EXPECT_NE(r.output.find("rank 3 coordinate (1,1) dp_replicate: [1,3]"), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find("rank 3 coordinate (1,1) dp_shard: [2,3]"), std::string::npos) << r.output;
+    } else {
+      EXPECT_NE(r.output.find("rank 2 coordinate (0,2) dp_shard: [0,1,2,3]"), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find("rank 2 coordinate (0,2) dp_replicate: [2]"), std::string::npos) << r.output;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ctitan

@@ -362,6 +362,7 @@ void add_selftest_command(CLI::App& app) {
     double timeout_seconds = 3;
   };
   auto args = std::make_shared<Args>();
+  add_mesh_selftest(*cmd);
   auto* coll = cmd->add_subcommand("collectives", "Check every collective against locally computed values");
   coll->add_flag("--timeout-test", args->timeout_test, "Rank 0 skips a collective; the others must time out");
   coll->add_option("--timeout-seconds", args->timeout_seconds, "Collective timeout of --timeout-test");
