@@ -1,6 +1,7 @@
 // DDP through the launcher on loopback, against one process with the same global batch.
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "support/test_support.h"
@@ -47,11 +48,17 @@ TEST(CliDdp, TwoRanksMatchOneProcessWithTheSameGlobalBatch) {
   const auto& b = runs.ddp;
   ASSERT_EQ(a.size(), 30u);
   ASSERT_EQ(b.size(), 30u);
+  double worst_loss = 0, worst_norm = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     double la = a[i]["loss"], lb = b[i]["loss"], ga = a[i]["grad_norm"], gb = b[i]["grad_norm"];
     EXPECT_NEAR(lb, la, 1e-4 * std::abs(la)) << "step " << i + 1;
     EXPECT_NEAR(gb, ga, 1e-3 * std::abs(ga)) << "step " << i + 1;
+    worst_loss = std::max(worst_loss, std::abs(lb - la) / std::abs(la));
+    worst_norm = std::max(worst_norm, std::abs(gb - ga) / std::abs(ga));
   }
+  // The figures quoted above come from this line.
+  std::cout << "DDP vs 1 process over 30 steps: max relative difference loss " << worst_loss << ", grad_norm "
+            << worst_norm << "\n";
   EXPECT_LT(b.back()["loss"].get<double>(), b.front()["loss"].get<double>());
   EXPECT_GE(b.back()["time_step_max_s"].get<double>(), b.back()["time_step_s"].get<double>() * 0.5);
 }
