@@ -272,6 +272,10 @@ std::map<std::string, StateDict> Trainer::state_dicts() const {
   };
 }
 
+std::map<std::string, ShardLayouts> Trainer::shard_layouts() const {
+  return {};  // no sharding yet: every tensor is whole
+}
+
 void Trainer::load_state_dicts(const std::map<std::string, StateDict>& state) {
   auto part = [&](const std::string& name) -> const StateDict& {
     auto it = state.find(name);

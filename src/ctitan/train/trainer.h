@@ -58,6 +58,9 @@ class Trainer {
 
   // Every stateful part by name: model, optimizer, lr_scheduler, dataloader, rng, train_state.
   std::map<std::string, StateDict> state_dicts() const;
+  // For each part of state_dicts() whose tensors are shards (model and optimizer under FSDP),
+  // where every local tensor sits in its global tensor. Empty parts hold whole tensors.
+  std::map<std::string, ShardLayouts> shard_layouts() const;
   void load_state_dicts(const std::map<std::string, StateDict>& state);
 
  private:
