@@ -58,6 +58,8 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"parallelism", "data_parallel_shard_degree", &c.parallelism.data_parallel_shard_degree},
       {"parallelism", "tensor_parallel_degree", &c.parallelism.tensor_parallel_degree},
       {"parallelism", "bucket_cap_mb", &c.parallelism.bucket_cap_mb},
+      {"parallelism", "fsdp_reshard_after_forward", &c.parallelism.fsdp_reshard_after_forward},
+      {"parallelism", "fsdp_gradient_sync", &c.parallelism.fsdp_gradient_sync},
 
       {"comm", "init_timeout_seconds", &c.comm.init_timeout_seconds},
       {"comm", "train_timeout_seconds", &c.comm.train_timeout_seconds},

@@ -228,6 +228,12 @@ void validate(const JobConfig& c) {
     require(ds.empty() || ds == "auto" || ds == "text" || ds == "jsonl" || ds == "tokens",
             fmt::format("{} must be auto, text, jsonl or tokens (got '{}')", key, ds));
   }
+  const auto& reshard = c.parallelism.fsdp_reshard_after_forward;
+  require(reshard == "default" || reshard == "always" || reshard == "never",
+          fmt::format("parallelism.fsdp_reshard_after_forward must be default, always or never (got '{}')", reshard));
+  const auto& sync = c.parallelism.fsdp_gradient_sync;
+  require(sync == "every_microbatch" || sync == "last_microbatch",
+          fmt::format("parallelism.fsdp_gradient_sync must be every_microbatch or last_microbatch (got '{}')", sync));
   require(c.metrics.log_freq > 0, fmt::format("metrics.log_freq must be > 0 (got {})", c.metrics.log_freq));
   require(c.metrics.peak_flops >= 0,
           fmt::format("metrics.peak_flops must be >= 0 (got {})", c.metrics.peak_flops));

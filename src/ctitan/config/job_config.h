@@ -79,6 +79,13 @@ struct Parallelism {
   int64_t data_parallel_shard_degree = -1;      // FSDP dimension; -1 = the ranks left over
   int64_t tensor_parallel_degree = 1;           // TP dimension (not implemented yet)
   double bucket_cap_mb = 25.0;                  // DDP gradient bucket size
+  // FSDP: free a block's gathered parameters after its forward (gather again for backward).
+  // default = always for the blocks and embeddings, never for [norm, output] (torchtitan's rule);
+  // always; never.
+  std::string fsdp_reshard_after_forward = "default";
+  // FSDP with gradient accumulation: every_microbatch reduce-scatters after each microbatch
+  // (least memory); last_microbatch keeps unsharded gradients until the last (least traffic).
+  std::string fsdp_gradient_sync = "every_microbatch";
 };
 
 struct Comm {

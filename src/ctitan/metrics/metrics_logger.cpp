@@ -43,6 +43,10 @@ void MetricsLogger::log(const StepMetrics& m) {
       {"time_data_s", m.time_data_s},
       {"time_step_max_s", m.time_step_max_s},
       {"comm_exposed_s", m.comm_exposed_s},
+      {"comm_bytes_per_step", m.comm_bytes_per_step},
+      {"memory_params_bytes", m.memory_params_bytes},
+      {"memory_grads_bytes", m.memory_grads_bytes},
+      {"memory_optimizer_bytes", m.memory_optimizer_bytes},
       {"comm_exposed_ratio", m.time_step_s > 0 ? m.comm_exposed_s / m.time_step_s : 0.0},
   };
   jsonl_ << row.dump() << '\n';

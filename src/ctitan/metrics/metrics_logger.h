@@ -24,6 +24,12 @@ struct StepMetrics {
   double time_data_s = 0;  // mean part of it spent waiting for data
   double time_step_max_s = 0;  // the slowest rank's mean step time: stragglers show here
   double comm_exposed_s = 0;   // mean time per step blocked in collectives (not hidden by compute)
+  double comm_bytes_per_step = 0;  // payload bytes of this rank's data-parallel collectives per step
+  // Model state on this rank at the log step, from the tensors' storage: parameters the
+  // optimizer steps on (shards under FSDP), their gradients, and the optimizer's state.
+  int64_t memory_params_bytes = 0;
+  int64_t memory_grads_bytes = 0;
+  int64_t memory_optimizer_bytes = 0;
 };
 
 class MetricsLogger {

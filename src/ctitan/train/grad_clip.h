@@ -3,14 +3,22 @@
 
 #include <vector>
 
+namespace ctitan::distributed {
+class Communicator;
+}
+
 namespace ctitan::train {
 
 // Global L2 norm of all gradients, as a 0-d fp32 tensor: it stays a tensor so that the step
 // never waits on a host sync; the trainer reads it as a number only at log steps.
-torch::Tensor grad_l2_norm(const std::vector<torch::Tensor>& params);
+// With `shard_group`, the gradients are this rank's shards (FSDP): the local sums of squares
+// are added over the group before the square root, giving the norm of the whole gradient.
+torch::Tensor grad_l2_norm(const std::vector<torch::Tensor>& params,
+                           distributed::Communicator* shard_group = nullptr);
 
 // Scales every gradient by min(1, max_norm / (norm + 1e-6)) and returns the norm before
 // clipping. max_norm <= 0 only measures.
-torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
+                             distributed::Communicator* shard_group = nullptr);
 
 }  // namespace ctitan::train

@@ -10,6 +10,7 @@
 #include "ctitan/metrics/memory_tracker.h"
 #include "ctitan/metrics/peak_flops.h"
 #include "ctitan/models/llama/flops.h"
+#include "ctitan/parallel/parallelize_llama.h"
 #include "ctitan/train/autocast.h"
 #include "ctitan/train/grad_clip.h"
 #include "ctitan/train/loss.h"
@@ -44,13 +45,11 @@ Trainer::Trainer(config::JobConfig config)
   }
   auto args = model_args_from_config(config_, tokenizer_.get());
   model_ = build_model(args, device_);
-
-  std::vector<std::pair<std::string, torch::Tensor>> named;
-  for (const auto& item : model_->named_parameters()) named.emplace_back(item.key(), item.value());
-  const auto& o = config_.optimizer;
-  optimizer_ = std::make_unique<AdamW>(std::move(named), AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
-  lr_scheduler_ = std::make_unique<LrScheduler>(config_.lr_scheduler, t.steps, o.lr);
   setup_parallelism();
+
+  const auto& o = config_.optimizer;
+  optimizer_ = std::make_unique<AdamW>(trained_parameters(), AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
+  lr_scheduler_ = std::make_unique<LrScheduler>(config_.lr_scheduler, t.steps, o.lr);
 
   int64_t global_batch = t.global_batch_size > 0 ? t.global_batch_size : t.local_batch_size * dp_degree_;
   if (global_batch % (t.local_batch_size * dp_degree_) != 0) {
@@ -89,13 +88,23 @@ Trainer::Trainer(config::JobConfig config)
 void Trainer::setup_parallelism() {
   if (!dist_) return;
   const auto& dims = dist_->dims;
-  if (dims.fsdp_enabled()) {
-    throw ConfigError(fmt::format("parallelism.data_parallel_shard_degree resolves to {}: FSDP is not implemented "
-                                  "yet; for DDP set data_parallel_shard_degree = 1 and "
-                                  "data_parallel_replicate_degree = {}", dims.dp_shard, dims.world_size));
-  }
   if (dims.tp_enabled()) throw ConfigError("parallelism.tensor_parallel_degree > 1: TP is not implemented yet");
-  if (dims.ddp_enabled()) {
+  if (dims.fsdp_enabled()) {
+    // Every rank built the same full model from the same seed, so each can take its own shard
+    // without a broadcast.
+    parallel::fsdp::MeshGroups groups{dist_->mesh->group("dp_shard"),
+                                      dims.dp_replicate > 1 ? dist_->mesh->group("dp_replicate") : nullptr};
+    shard_group_ = groups.shard;
+    parallel::fsdp::MixedPrecisionPolicy mp{
+        bf16_ ? torch::kBFloat16 : torch::kFloat,
+        config_.training.mixed_precision_reduce == "bfloat16" ? torch::kBFloat16 : torch::kFloat};
+    const auto& p = config_.parallelism;
+    fsdp_ = parallel::apply_fsdp(*model_, std::move(groups), mp, p.fsdp_reshard_after_forward);
+    spdlog::info("{} over dp_shard {} x dp_replicate {}: params {}, reduce {}, reshard_after_forward {}, "
+                 "gradient sync {}", dims.dp_replicate > 1 ? "HSDP" : "FSDP", dims.dp_shard, dims.dp_replicate,
+                 config_.training.mixed_precision_param, config_.training.mixed_precision_reduce,
+                 p.fsdp_reshard_after_forward, p.fsdp_gradient_sync);
+  } else if (dims.ddp_enabled()) {
     std::vector<std::pair<std::string, torch::Tensor>> named;
     for (const auto& item : model_->named_parameters()) named.emplace_back(item.key(), item.value());
     ddp_ = std::make_unique<parallel::DistributedDataParallel>(std::move(named), dp_group_,
@@ -103,6 +112,25 @@ void Trainer::setup_parallelism() {
     spdlog::info("DDP over {} replicas, {} gradient buckets of <= {} MB", dims.dp_replicate, ddp_->num_buckets(),
                  config_.parallelism.bucket_cap_mb);
   }
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Trainer::trained_parameters() const {
+  if (fsdp_) return fsdp_->sharded_parameters();
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (const auto& item : model_->named_parameters()) named.emplace_back(item.key(), item.value());
+  return named;
+}
+
+int64_t Trainer::dp_comm_bytes() const {
+  if (!dist_) return 0;
+  std::vector<std::shared_ptr<distributed::Communicator>> groups{dp_group_};
+  if (fsdp_ && shard_group_ != dp_group_) groups.push_back(shard_group_);
+  if (fsdp_ && fsdp_->groups().replicate) groups.push_back(fsdp_->groups().replicate);
+  int64_t bytes = 0;
+  for (const auto& g : groups) {
+    for (const auto& [op, s] : g->stats()) bytes += s.bytes;
+  }
+  return bytes;
 }
 
 std::unique_ptr<data::PackedLoader> Trainer::make_loader(const std::string& path, const std::string& format,
@@ -126,7 +154,7 @@ std::vector<data::Batch> Trainer::next_global_batch() {
 StepResult Trainer::train_step(const std::vector<data::Batch>& microbatches) {
   optimizer_->zero_grad();
   auto loss = forward_backward(microbatches);
-  auto grad_norm = clip_grad_norm(optimizer_->params(), config_.training.max_norm);
+  auto grad_norm = clip_grad_norm(optimizer_->params(), config_.training.max_norm, shard_group_.get());
   optimizer_->step(lr_scheduler_->current_lr());
   lr_scheduler_->step();
   int64_t tokens = 0;
@@ -151,7 +179,9 @@ torch::Tensor Trainer::forward_backward(const std::vector<data::Batch>& microbat
   for (size_t i = 0; i < microbatches.size(); ++i) {
     const auto& mb = microbatches[i];
     // Delayed sync: gradients of all but the last microbatch only accumulate locally.
-    if (ddp_) ddp_->set_requires_gradient_sync(i + 1 == microbatches.size());
+    const bool last = i + 1 == microbatches.size();
+    if (ddp_) ddp_->set_requires_gradient_sync(last);
+    if (fsdp_) fsdp_->set_requires_gradient_sync(last || config_.parallelism.fsdp_gradient_sync == "every_microbatch");
     torch::Tensor loss;
     {
       AutocastGuard autocast(bf16_);
@@ -162,6 +192,7 @@ torch::Tensor Trainer::forward_backward(const std::vector<data::Batch>& microbat
     loss_total += loss.detach();
   }
   if (ddp_) since_log_.comm_seconds += ddp_->take_exposed_comm_seconds();
+  if (fsdp_) since_log_.comm_seconds += fsdp_->take_exposed_comm_seconds();
   return loss_total;  // this rank's share: the dp-group sum is the global mean
 }
 
@@ -170,6 +201,7 @@ void Trainer::train() {
   spdlog::info("training steps {} .. {}", step_ + 1, t.steps);
   since_log_ = SinceLastLog{};
   since_log_.allocs_at_start = metrics::memory_stats().alloc_count;
+  since_log_.comm_bytes_at_start = dp_comm_bytes();
   metrics::reset_peak_memory();
   while (step_ < t.steps) {
     auto data_start = std::chrono::steady_clock::now();
@@ -194,6 +226,8 @@ void Trainer::train() {
       auto timeout = std::chrono::milliseconds(config_.comm.train_timeout_seconds * 1000);
       dist_->world->set_timeout(timeout);
       dp_group_->set_timeout(timeout);
+      if (shard_group_) shard_group_->set_timeout(timeout);
+      if (fsdp_ && fsdp_->groups().replicate) fsdp_->groups().replicate->set_timeout(timeout);
     }
   }
   logger_->flush();
@@ -213,7 +247,7 @@ void Trainer::log_metrics(const StepResult& result) {
     dist_->world->all_reduce(step_time, distributed::ReduceOp::kMax);
   }
   m.loss = loss.item<double>();
-  m.grad_norm = result.grad_norm.item<double>();  // DDP grads are identical on every rank
+  m.grad_norm = result.grad_norm.item<double>();  // global under DDP and FSDP: the same on every rank
   m.time_step_max_s = step_time.item<double>();
   m.comm_exposed_s = since_log_.comm_seconds / double(since_log_.steps);
   m.lr = config_.optimizer.lr * lr_scheduler_->factor(step_ - 1);
@@ -226,12 +260,20 @@ void Trainer::log_metrics(const StepResult& result) {
   m.memory_alloc_count = memory.alloc_count - since_log_.allocs_at_start;
   m.time_step_s = seconds / double(since_log_.steps);
   m.time_data_s = since_log_.data_seconds / double(since_log_.steps);
+  const int64_t comm_bytes = dp_comm_bytes();
+  m.comm_bytes_per_step = double(comm_bytes - since_log_.comm_bytes_at_start) / double(since_log_.steps);
+  for (const auto& p : optimizer_->params()) {
+    m.memory_params_bytes += int64_t(p.nbytes());
+    if (p.grad().defined()) m.memory_grads_bytes += int64_t(p.grad().nbytes());
+  }
+  for (const auto& [key, t] : optimizer_->state_dict()) m.memory_optimizer_bytes += int64_t(t.nbytes());
   logger_->log(m);
   if (!std::isfinite(m.loss)) spdlog::warn("step {}: loss is {}", step_, m.loss);
 
   metrics::reset_peak_memory();
   since_log_ = SinceLastLog{};
   since_log_.allocs_at_start = memory.alloc_count;
+  since_log_.comm_bytes_at_start = comm_bytes;
 }
 
 double Trainer::validate() {
@@ -261,7 +303,7 @@ double Trainer::validate() {
 
 std::map<std::string, StateDict> Trainer::state_dicts() const {
   StateDict model;
-  for (const auto& item : model_->named_parameters()) model[item.key()] = item.value();
+  for (const auto& [fqn, p] : trained_parameters()) model[fqn] = p;
   return {
       {"model", model},
       {"optimizer", optimizer_->state_dict()},
@@ -273,7 +315,14 @@ std::map<std::string, StateDict> Trainer::state_dicts() const {
 }
 
 std::map<std::string, ShardLayouts> Trainer::shard_layouts() const {
-  return {};  // no sharding yet: every tensor is whole
+  if (!fsdp_) return {};  // every tensor is whole
+  auto model = fsdp_->shard_layouts();
+  ShardLayouts optimizer;
+  for (const auto& [fqn, layout] : model) {
+    optimizer["state." + fqn + ".exp_avg"] = layout;
+    optimizer["state." + fqn + ".exp_avg_sq"] = layout;
+  }
+  return {{"model", model}, {"optimizer", optimizer}};
 }
 
 void Trainer::load_state_dicts(const std::map<std::string, StateDict>& state) {
@@ -284,7 +333,7 @@ void Trainer::load_state_dicts(const std::map<std::string, StateDict>& state) {
   };
   {
     torch::NoGradGuard no_grad;
-    for (auto& item : model_->named_parameters()) item.value().copy_(require_state(part("model"), item.key()));
+    for (auto& [fqn, p] : trained_parameters()) p.copy_(require_state(part("model"), fqn));
   }
   optimizer_->load_state_dict(part("optimizer"));
   lr_scheduler_->load_state_dict(part("lr_scheduler"));

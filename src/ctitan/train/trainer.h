@@ -21,6 +21,7 @@
 #include "ctitan/train/housekeeping.h"
 #include "ctitan/train/lr_scheduler.h"
 #include "ctitan/parallel/ddp.h"
+#include "ctitan/parallel/fsdp/fsdp_module.h"
 
 namespace ctitan::train {
 
@@ -66,6 +67,9 @@ class Trainer {
  private:
   std::vector<data::Batch> next_global_batch();
   void setup_parallelism();
+  // The parameters the optimizer steps on: the model's own, or FSDP's fp32 shards.
+  std::vector<std::pair<std::string, torch::Tensor>> trained_parameters() const;
+  int64_t dp_comm_bytes() const;
   void log_metrics(const StepResult& result);
   std::unique_ptr<data::PackedLoader> make_loader(const std::string& path, const std::string& format,
                                                   const std::string& key) const;
@@ -79,6 +83,8 @@ class Trainer {
   std::shared_ptr<const data::Tokenizer> tokenizer_;
   models::llama::Transformer model_{nullptr};
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;  // after model_: destroyed before it
+  std::unique_ptr<parallel::fsdp::FSDPModule> fsdp_;          // likewise
+  std::shared_ptr<distributed::Communicator> shard_group_;    // FSDP's dp_shard group, else null
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<LrScheduler> lr_scheduler_;
   std::unique_ptr<data::PackedLoader> dataloader_;
@@ -98,6 +104,7 @@ class Trainer {
     int64_t steps = 0, tokens = 0, allocs_at_start = 0;
     double data_seconds = 0;
     double comm_seconds = 0;  // blocked in collectives on the training thread
+    int64_t comm_bytes_at_start = 0;
   } since_log_;
 };
 

@@ -126,10 +126,16 @@ const RopeTables& TransformerImpl::rope_for(torch::Device device) {
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
   TORCH_CHECK(tokens.size(1) <= args_.max_seq_len, "sequence length ", tokens.size(1),
               " exceeds the model's max_seq_len ", args_.max_seq_len);
-  auto h = tok_embeddings(tokens);  // (B, T, dim)
-  const auto& rope = rope_for(h.device());
-  for (const auto& layer : *layers) h = layer->as<TransformerBlock>()->forward(h, rope);
-  return output(norm(h));  // (B, T, vocab_size)
+  return hooks.call(*this, tokens, [&](const torch::Tensor& ids) {
+    auto h = hooks.call(*tok_embeddings, ids, [&](const torch::Tensor& x) { return tok_embeddings(x); });  // (B, T, dim)
+    const auto& rope = rope_for(h.device());
+    for (const auto& layer : *layers) {
+      auto* block = layer->as<TransformerBlock>();
+      h = hooks.call(*block, h, [&](const torch::Tensor& x) { return block->forward(x, rope); });
+    }
+    h = hooks.call(*norm, h, [&](const torch::Tensor& x) { return norm(x); });
+    return hooks.call(*output, h, [&](const torch::Tensor& x) { return output(x); });  // (B, T, vocab_size)
+  });
 }
 
 }  // namespace ctitan::models::llama

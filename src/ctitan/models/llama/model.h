@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "ctitan/models/llama/args.h"
+#include "ctitan/models/module_hooks.h"
 
 namespace ctitan::models::llama {
 
@@ -66,6 +67,9 @@ class TransformerImpl : public torch::nn::Module {
   // tokens: (B, T) int64 -> logits (B, T, vocab_size).
   torch::Tensor forward(const torch::Tensor& tokens);
   const ModelArgs& args() const { return args_; }
+
+  // Run around the forward of the model itself, tok_embeddings, each block, norm and output.
+  ModuleHooks hooks;
 
   torch::nn::Embedding tok_embeddings{nullptr};
   torch::nn::ModuleList layers{nullptr};

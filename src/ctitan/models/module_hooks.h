@@ -1,0 +1,44 @@
+#pragma once
+// Forward hooks for libtorch C++ modules, which lack Python's register_forward_pre_hook and
+// register_forward_hook. A model calls each submodule that outside code may want to wrap through
+// ModuleHooks::call; with no hooks registered that is a plain call. parallel/fsdp uses it to
+// gather parameters before a block runs and to free them after, without the model knowing.
+#include <torch/torch.h>
+
+#include <functional>
+#include <map>
+#include <vector>
+
+namespace ctitan::models {
+
+class ModuleHooks {
+ public:
+  // Each returns the tensor that replaces the input (pre) or the output (post); returning its
+  // argument unchanged is allowed.
+  using Hook = std::function<torch::Tensor(const torch::Tensor&)>;
+
+  void add_pre_forward(const torch::nn::Module& module, Hook hook) { pre_[&module].push_back(std::move(hook)); }
+  void add_post_forward(const torch::nn::Module& module, Hook hook) { post_[&module].push_back(std::move(hook)); }
+  void clear() {
+    pre_.clear();
+    post_.clear();
+  }
+
+  // forward(input) between `module`'s pre hooks (registration order) and its post hooks.
+  template <class Forward>
+  torch::Tensor call(const torch::nn::Module& module, torch::Tensor input, Forward&& forward) const {
+    if (auto it = pre_.find(&module); it != pre_.end()) {
+      for (const auto& hook : it->second) input = hook(input);
+    }
+    auto output = forward(input);
+    if (auto it = post_.find(&module); it != post_.end()) {
+      for (const auto& hook : it->second) output = hook(output);
+    }
+    return output;
+  }
+
+ private:
+  std::map<const torch::nn::Module*, std::vector<Hook>> pre_, post_;
+};
+
+}  // namespace ctitan::models

@@ -1,0 +1,138 @@
+#include "ctitan/parallel/fsdp/fsdp_module.h"
+
+#include <torch/csrc/autograd/engine.h>
+
+#include <set>
+
+namespace ctitan::parallel::fsdp {
+
+// Identity in forward. Its backward, which runs when the gradient of the wrapped tensor is
+// computed, calls back into the FSDPModule: wrapped around a group's output it marks the start
+// of the group's backward, around its input the end.
+struct BackwardHook : torch::autograd::Function<BackwardHook> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, int64_t module,
+                               int64_t phase, int64_t group) {
+    ctx->saved_data["module"] = module;
+    ctx->saved_data["phase"] = phase;
+    ctx->saved_data["group"] = group;
+    return x;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* fsdp = reinterpret_cast<FSDPModule*>(ctx->saved_data["module"].toInt());
+    fsdp->on_backward(FSDPModule::Phase(ctx->saved_data["phase"].toInt()), size_t(ctx->saved_data["group"].toInt()));
+    return {grads[0], torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+FSDPModule::FSDPModule(models::ModuleHooks& hooks, MeshGroups groups, MixedPrecisionPolicy mp)
+    : hooks_(hooks), groups_(std::move(groups)), mp_(mp) {}
+
+FSDPModule::~FSDPModule() { hooks_.clear(); }
+
+void FSDPModule::fully_shard(const std::vector<std::pair<std::string, const torch::nn::Module*>>& modules,
+                             bool reshard_after_forward) {
+  TORCH_CHECK(!modules.empty(), "fully_shard: no modules");
+  std::set<const at::TensorImpl*> taken;
+  for (const auto& g : param_groups_) {
+    for (const auto& sp : g->params()) taken.insert(sp.module_param.unsafeGetTensorImpl());
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (const auto& [prefix, module] : modules) {
+    for (const auto& item : module->named_parameters(/*recurse=*/true)) {
+      if (taken.count(item.value().unsafeGetTensorImpl())) continue;  // already in an inner group
+      params.emplace_back(prefix + "." + item.key(), item.value());
+    }
+  }
+  const size_t index = param_groups_.size();
+  param_groups_.push_back(std::make_unique<ParamGroup>(modules.front().first, std::move(params), groups_, mp_,
+                                                       reshard_after_forward));
+  needs_post_backward_.push_back(false);
+  hooks_.add_pre_forward(*modules.front().second, [this, index](const torch::Tensor& x) { return pre_forward(index, x); });
+  hooks_.add_post_forward(*modules.back().second, [this, index](const torch::Tensor& y) { return post_forward(index, y); });
+}
+
+void FSDPModule::fully_shard_root(const torch::nn::Module& root) {
+  hooks_.add_post_forward(root, [this](const torch::Tensor& y) {
+    if (!torch::GradMode::is_enabled()) {
+      for (auto& g : param_groups_) g->reshard();
+    }
+    return y;
+  });
+}
+
+void FSDPModule::unshard_with_prefetch(size_t i, int64_t prefetch) {
+  param_groups_[i]->unshard_async();
+  if (prefetch >= 0 && size_t(prefetch) < param_groups_.size()) param_groups_[size_t(prefetch)]->unshard_async();
+  exposed_seconds_ += param_groups_[i]->unshard();
+}
+
+torch::Tensor FSDPModule::pre_forward(size_t i, const torch::Tensor& input) {
+  unshard_with_prefetch(i, int64_t(i) + 1);
+  if (!torch::GradMode::is_enabled()) return input;
+  needs_post_backward_[i] = true;
+  if (!input.requires_grad()) return input;  // token ids: the end-of-backward callback covers it
+  return BackwardHook::apply(input, reinterpret_cast<int64_t>(this), int64_t(Phase::kPostBackward), int64_t(i));
+}
+
+torch::Tensor FSDPModule::post_forward(size_t i, const torch::Tensor& output) {
+  if (param_groups_[i]->reshard_after_forward()) param_groups_[i]->reshard();
+  if (!torch::GradMode::is_enabled() || !output.requires_grad()) return output;
+  return BackwardHook::apply(output, reinterpret_cast<int64_t>(this), int64_t(Phase::kPreBackward), int64_t(i));
+}
+
+void FSDPModule::on_backward(Phase phase, size_t i) {
+  if (!callback_queued_) {
+    callback_queued_ = true;
+    torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
+  }
+  if (phase == Phase::kPreBackward) pre_backward(i);
+  else post_backward(i);
+}
+
+void FSDPModule::pre_backward(size_t i) { unshard_with_prefetch(i, int64_t(i) - 1); }
+
+void FSDPModule::post_backward(size_t i) {
+  if (!needs_post_backward_[i]) return;
+  needs_post_backward_[i] = false;
+  // At most one reduction in flight: the previous group's completes while this group's
+  // gradients are copied into its reduce buffer, bounding the memory held by communication.
+  for (auto& g : param_groups_) {
+    if (g->reduce_pending()) exposed_seconds_ += g->finish_reduce();
+  }
+  param_groups_[i]->post_backward(sync_);
+  param_groups_[i]->reshard();
+}
+
+void FSDPModule::finish_backward() {
+  for (size_t i = param_groups_.size(); i-- > 0;) post_backward(i);
+  for (auto& g : param_groups_) {
+    exposed_seconds_ += g->finish_reduce();
+    g->reshard();
+  }
+  callback_queued_ = false;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> FSDPModule::sharded_parameters() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& g : param_groups_) {
+    for (const auto& sp : g->params()) out.emplace_back(sp.fqn, sp.sharded);
+  }
+  return out;
+}
+
+ShardLayouts FSDPModule::shard_layouts() const {
+  ShardLayouts out;
+  for (const auto& g : param_groups_) {
+    for (const auto& sp : g->params()) out[sp.fqn] = ShardLayout{sp.global_shape, sp.row_offset};
+  }
+  return out;
+}
+
+double FSDPModule::take_exposed_comm_seconds() {
+  double s = exposed_seconds_;
+  exposed_seconds_ = 0;
+  return s;
+}
+
+}  // namespace ctitan::parallel::fsdp

@@ -1,0 +1,86 @@
+#pragma once
+// FSDP2-style fully sharded data parallelism, applied to a model from outside through its
+// forward hooks (models/module_hooks.h). Each fully_shard() call makes one ParamGroup of the
+// given modules' parameters; the FSDPModule runs the schedule for all of them:
+//
+// forward, group i:   pre:  all-gather i (unless prefetched), prefetch i+1, wait for i
+//                     post: free i's unsharded parameters if it reshards after forward
+// backward, group i:  pre  (the backward of i's output): gather i again, prefetch i-1
+//                     post (the backward of i's input):  reduce-scatter i's gradients, free them
+//                                                        and the parameters, after completing
+//                                                        the previous group's reduction
+// end of backward:    a callback runs the post-backward of groups whose input needs no grad
+//                     (the embeddings), then waits for every reduction.
+//
+// Why each gradient is complete when its reduce-scatter starts: the post-backward of group i is
+// the backward of an identity node wrapped around i's input. The engine runs that node only once
+// the gradient with respect to i's input has been computed, which needs every op of i's forward
+// to have run its backward; each of i's parameters' AccumulateGrad nodes is ready at the same
+// time as those ops and, having the highest priority in the engine's ready queue, runs first.
+// A parameter used outside its group would break this; in Llama no parameter is.
+//
+// Collectives: every rank issues the same all-gathers and reduce-scatters in the same order,
+// because the hooks fire in an order fixed by the model's structure, identical on every rank.
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ctitan/common/state_dict.h"
+#include "ctitan/models/module_hooks.h"
+#include "ctitan/parallel/fsdp/fsdp_options.h"
+#include "ctitan/parallel/fsdp/param_group.h"
+
+namespace ctitan::parallel::fsdp {
+
+class FSDPModule {
+ public:
+  FSDPModule(models::ModuleHooks& hooks, MeshGroups groups, MixedPrecisionPolicy mp);
+  ~FSDPModule();
+  FSDPModule(const FSDPModule&) = delete;
+  FSDPModule& operator=(const FSDPModule&) = delete;
+
+  // One group from `modules` (FQN prefix, module), in forward order: gathered before the first
+  // module's forward, released after the last's. Call in the order the model runs them.
+  void fully_shard(const std::vector<std::pair<std::string, const torch::nn::Module*>>& modules,
+                   bool reshard_after_forward);
+  // The root: after a forward without grad (evaluation) every group is resharded, so no
+  // unsharded copy outlives an optimizer step.
+  void fully_shard_root(const torch::nn::Module& root);
+
+  // false: gradients accumulate unsharded (in reduce_dtype) across microbatches; true: the next
+  // backward reduce-scatters them (with what has accumulated) into the sharded gradients.
+  void set_requires_gradient_sync(bool sync) { sync_ = sync; }
+
+  // The fp32 shards by FQN, in registration order: what the optimizer steps on.
+  std::vector<std::pair<std::string, torch::Tensor>> sharded_parameters() const;
+  // Where each shard sits in its global tensor.
+  ShardLayouts shard_layouts() const;
+  // Seconds the training thread was blocked on FSDP collectives since the last call.
+  double take_exposed_comm_seconds();
+  const MeshGroups& groups() const { return groups_; }
+
+ private:
+  friend struct BackwardHook;
+  enum class Phase { kPreBackward, kPostBackward };
+
+  torch::Tensor pre_forward(size_t i, const torch::Tensor& input);
+  torch::Tensor post_forward(size_t i, const torch::Tensor& output);
+  void on_backward(Phase phase, size_t i);
+  void pre_backward(size_t i);
+  void post_backward(size_t i);
+  void finish_backward();
+  void unshard_with_prefetch(size_t i, int64_t prefetch);
+
+  models::ModuleHooks& hooks_;
+  MeshGroups groups_;
+  MixedPrecisionPolicy mp_;
+  std::vector<std::unique_ptr<ParamGroup>> param_groups_;
+  std::vector<bool> needs_post_backward_;  // ran a forward with grad since its last post-backward
+  bool sync_ = true;
+  bool callback_queued_ = false;
+  double exposed_seconds_ = 0;
+};
+
+}  // namespace ctitan::parallel::fsdp

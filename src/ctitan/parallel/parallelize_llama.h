@@ -1,0 +1,19 @@
+#pragma once
+// Applies data parallelism to a built Llama model from outside, as torchtitan's parallelize.py:
+// the model's code never changes.
+#include <memory>
+#include <string>
+
+#include "ctitan/models/llama/model.h"
+#include "ctitan/parallel/fsdp/fsdp_module.h"
+
+namespace ctitan::parallel {
+
+// FSDP (HSDP when groups.replicate is set) in torchtitan's apply_fsdp order: the token
+// embeddings, each transformer block, [norm, output] as one group, then the root.
+// `reshard_after_forward`: parallelism.fsdp_reshard_after_forward (default | always | never);
+// [norm, output] reshards only under `always`, since backward would gather it again at once.
+std::unique_ptr<fsdp::FSDPModule> apply_fsdp(models::llama::TransformerImpl& model, fsdp::MeshGroups groups,
+                                             fsdp::MixedPrecisionPolicy mp, const std::string& reshard_after_forward);
+
+}  // namespace ctitan::parallel
