@@ -11,8 +11,10 @@ build: deps
 	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release > /dev/null
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# FSDP over 2 local ranks (data_parallel_shard_degree = -1 takes every rank), as torchtitan's
+# run_train.sh does with NGPU=2.
 demo: build
-	$(BUILD_DIR)/bin/ctitan train --config configs/llama3_debug.toml
+	$(BUILD_DIR)/bin/ctitan run --nproc-per-node 2 --master-port 0 train --config configs/llama3_debug.toml
 
 # The default suite: unit and integration tests. Long runs live in `make bench`.
 test: build

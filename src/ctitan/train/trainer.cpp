@@ -78,7 +78,9 @@ Trainer::Trainer(config::JobConfig config)
                "ffn {} vocab {}", config_.model.flavor, params.total / 1e6, (params.total - params.embedding) / 1e6,
                args.dim, args.n_layers, args.n_heads, args.kv_heads(), args.ffn_hidden_dim(), args.vocab_size);
   spdlog::info("device {}, {} intra-op threads, compute {}, seq_len {}, local batch {}, grad accumulation {}",
-               device_.str(), at::get_num_threads(), bf16_ ? "bf16 autocast (fp32 master weights)" : "fp32",
+               device_.str(), at::get_num_threads(),
+               !bf16_ ? "fp32" : fsdp_ ? "bf16 parameters (FSDP param_dtype), fp32 master shards"
+                                       : "bf16 autocast (fp32 master weights)",
                t.seq_len, t.local_batch_size, grad_accum_steps_);
   spdlog::info("FLOPs per token {:.3e}; peak {:.3f} TFLOP/s for MFU ({})", flops_per_token_, peak_flops_ / 1e12,
                peak.source);
