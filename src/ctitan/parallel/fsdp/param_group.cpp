@@ -5,16 +5,13 @@
 #include <chrono>
 
 #include "ctitan/distributed/communicator.h"
+#include "ctitan/parallel/fsdp/storage.h"
 
 namespace ctitan::parallel::fsdp {
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-torch::Tensor empty_like_freed(const torch::Tensor& like, torch::ScalarType dtype) {
-  return torch::empty({0}, torch::TensorOptions().dtype(dtype).device(like.device()));
 }
 
 }  // namespace
@@ -51,7 +48,12 @@ ParamGroup::ParamGroup(std::string name, std::vector<std::pair<std::string, torc
     // The optimizer's parameter: a leaf sharing the flat shard's memory, so one all-gather reads
     // every parameter of the group after the optimizer updated them in place.
     sp.sharded = local.view(sp.local_shape()).detach().requires_grad_(true);
-    sp.module_param.set_data(empty_like_freed(sp.module_param, mp_.param_dtype));
+    // From here on the module parameter is an alias of `unsharded`, whose storage comes and goes.
+    // Copies go into `unsharded`, never into the parameter, so the parameter's version counter
+    // never moves and autograd accepts the values it saved as re-gathered ones.
+    sp.unsharded = torch::empty(sp.global_shape, torch::TensorOptions().dtype(mp_.param_dtype).device(sp.module_param.device()));
+    free_storage(sp.unsharded);
+    sp.module_param.set_data(sp.unsharded);
   }
 }
 
@@ -76,14 +78,13 @@ double ParamGroup::unshard() {
   const int64_t S = flat_shard_.numel();
   for (auto& sp : params_) {
     // Copy-out: rank r's rows of this parameter sit at [r*S + flat_offset, ...) in the gathered buffer.
-    auto full = torch::empty(sp.global_shape, gathered_.options());
-    auto full_flat = full.view({-1});
+    allocate_storage(sp.unsharded);
+    auto full_flat = sp.unsharded.view({-1});
     for (int64_t r = 0; r < world_; ++r) {
       int64_t n = sp.rows_on(r) * sp.row_numel;
       if (n == 0) continue;
       full_flat.narrow(0, r * sp.padded_rows * sp.row_numel, n).copy_(gathered_.narrow(0, r * S + sp.flat_offset, n));
     }
-    sp.module_param.set_data(full);
   }
   gathered_ = torch::Tensor();
   unsharded_ = true;
@@ -97,7 +98,7 @@ void ParamGroup::reshard() {
     gathered_ = torch::Tensor();
   }
   if (!unsharded_) return;
-  for (auto& sp : params_) sp.module_param.set_data(empty_like_freed(sp.module_param, mp_.param_dtype));
+  for (auto& sp : params_) free_storage(sp.unsharded);
   unsharded_ = false;
 }
 

@@ -14,7 +14,8 @@ namespace ctitan::parallel::fsdp {
 
 struct ShardedParam {
   std::string fqn;                    // e.g. layers.3.attention.wq.weight
-  torch::Tensor module_param;         // the module's own tensor; holds unsharded data only while gathered
+  torch::Tensor module_param;         // the module's own tensor: shares `unsharded`'s storage
+  torch::Tensor unsharded;            // global shape, param_dtype; storage allocated only while gathered
   std::vector<int64_t> global_shape;  // the unsharded shape
   int64_t rows = 0;                   // global_shape[0]
   int64_t row_numel = 0;              // elements per row
