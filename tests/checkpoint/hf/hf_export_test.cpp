@@ -125,7 +125,9 @@ TEST(HfExport, ShardsWithAnIndexAndBf16) {
     total += tensor_bytes(shard.tensors.at(name));
     shard_files.insert(file.get<std::string>());
     // Only a tensor too big on its own may make a shard exceed the limit.
-    if (fs::file_size(dir.path() / "hf" / file.get<std::string>()) > 8000 + 1000) EXPECT_EQ(shard.tensors.size(), 1u);
+    if (fs::file_size(dir.path() / "hf" / file.get<std::string>()) > 8000 + 1000) {
+      EXPECT_EQ(shard.tensors.size(), 1u);
+    }
   }
   EXPECT_EQ(index["weight_map"].size(), state.size());
   EXPECT_EQ(int(shard_files.size()), files);
