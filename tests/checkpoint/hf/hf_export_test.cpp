@@ -177,6 +177,7 @@ TEST(HfExport, BadInputsAreOneLineErrors) {
   missing.erase("layers.1.ffn_norm.weight");
   EXPECT_NE(error_of([&] { export_hf(missing, args, {}, dir.path() / "x"); }).find("missing parameter 'layers.1.ffn_norm.weight'"),
             std::string::npos);
+  fs::create_directories(dir.path() / "occupied");
   testing::write_file(dir.file("occupied/file"), "x");
   EXPECT_NE(error_of([&] { export_hf(state, args, {}, dir.path() / "occupied"); }).find("already exists"), std::string::npos);
 
