@@ -1,0 +1,186 @@
+#include "ctitan/checkpoint/hf/hf_config.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "ctitan/common/error.h"
+
+namespace ctitan::checkpoint::hf {
+namespace {
+
+using models::llama::ModelArgs;
+
+template <typename T>
+T require_field(const nlohmann::json& config, const std::string& key, const std::string& source) {
+  if (!config.contains(key) || config[key].is_null()) {
+    throw InputError(fmt::format("{}: missing key '{}'", source, key));
+  }
+  try {
+    return config[key].get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw InputError(fmt::format("{}: key '{}' has the wrong type ({})", source, key, config[key].dump()));
+  }
+}
+
+// A key that must hold `expected` when present: a feature ctitan's Llama does not have.
+void require_absent_or(const nlohmann::json& config, const std::string& key, const nlohmann::json& expected,
+                       const std::string& source) {
+  if (config.contains(key) && !config[key].is_null() && config[key] != expected) {
+    throw InputError(fmt::format("{}: key '{}' is {}; ctitan's Llama supports only {}", source, key,
+                                 config[key].dump(), expected.dump()));
+  }
+}
+
+}  // namespace
+
+torch::ScalarType dtype_from_name(const std::string& name, const std::string& source) {
+  if (name == "float32") return torch::kFloat;
+  if (name == "bfloat16") return torch::kBFloat16;
+  if (name == "float16") return torch::kHalf;
+  throw InputError(fmt::format("{}: dtype '{}' is not one of float32, bfloat16, float16", source, name));
+}
+
+std::string dtype_name(torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kFloat: return "float32";
+    case torch::kBFloat16: return "bfloat16";
+    case torch::kHalf: return "float16";
+    default: throw InputError(fmt::format("HF export: dtype {} is not float32, bfloat16 or float16", c10::toString(dtype)));
+  }
+}
+
+nlohmann::json hf_config_json(const ModelArgs& args, torch::ScalarType dtype,
+                              const std::optional<SpecialTokens>& specials) {
+  nlohmann::json j = {
+      {"architectures", {"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"hidden_size", args.dim},
+      {"intermediate_size", args.ffn_hidden_dim()},
+      {"num_attention_heads", args.n_heads},
+      {"num_hidden_layers", args.n_layers},
+      {"num_key_value_heads", args.kv_heads()},
+      {"head_dim", args.head_dim()},
+      {"rms_norm_eps", args.norm_eps},
+      {"rope_theta", args.rope_theta},
+      {"rope_scaling", nullptr},
+      {"vocab_size", args.vocab_size},
+      {"max_position_embeddings", args.max_seq_len},
+      {"torch_dtype", dtype_name(dtype)},
+      {"tie_word_embeddings", false},
+      {"hidden_act", "silu"},
+      {"attention_bias", false},
+      {"mlp_bias", false},
+      {"attention_dropout", 0.0},
+      {"pretraining_tp", 1},
+      {"initializer_range", 0.02},
+      {"use_cache", true},
+  };
+  if (specials) {
+    j["bos_token_id"] = specials->bos;
+    j["eos_token_id"] = specials->eos;
+  }
+  return j;
+}
+
+ModelArgs model_args_from_hf_config(const nlohmann::json& config, const std::string& source) {
+  if (!config.is_object()) throw InputError(fmt::format("{}: not a JSON object", source));
+  require_absent_or(config, "hidden_act", "silu", source);
+  require_absent_or(config, "attention_bias", false, source);
+  require_absent_or(config, "mlp_bias", false, source);
+  require_absent_or(config, "rope_scaling", nullptr, source);
+  ModelArgs args;
+  args.dim = require_field<int64_t>(config, "hidden_size", source);
+  args.n_layers = require_field<int64_t>(config, "num_hidden_layers", source);
+  args.n_heads = require_field<int64_t>(config, "num_attention_heads", source);
+  args.n_kv_heads = config.contains("num_key_value_heads") ? require_field<int64_t>(config, "num_key_value_heads", source)
+                                                           : args.n_heads;
+  args.vocab_size = require_field<int64_t>(config, "vocab_size", source);
+  args.norm_eps = require_field<double>(config, "rms_norm_eps", source);
+  args.rope_theta = require_field<double>(config, "rope_theta", source);
+  args.max_seq_len = require_field<int64_t>(config, "max_position_embeddings", source);
+  for (auto [key, v] : {std::pair{"hidden_size", args.dim}, {"num_hidden_layers", args.n_layers},
+                        {"num_attention_heads", args.n_heads}, {"num_key_value_heads", args.n_kv_heads},
+                        {"vocab_size", args.vocab_size}, {"max_position_embeddings", args.max_seq_len}}) {
+    if (v <= 0) throw InputError(fmt::format("{}: key '{}' must be positive (got {})", source, key, v));
+  }
+  if (args.dim % args.n_heads != 0 || args.head_dim() % 2 != 0 || args.n_heads % args.n_kv_heads != 0) {
+    throw InputError(fmt::format("{}: hidden_size {} / num_attention_heads {} / num_key_value_heads {} do not split "
+                                 "into even heads", source, args.dim, args.n_heads, args.n_kv_heads));
+  }
+  if (config.contains("head_dim") && require_field<int64_t>(config, "head_dim", source) != args.head_dim()) {
+    throw InputError(fmt::format("{}: key 'head_dim' must be hidden_size / num_attention_heads = {}", source,
+                                 args.head_dim()));
+  }
+  auto hidden = require_field<int64_t>(config, "intermediate_size", source);
+  if (hidden <= 0) throw InputError(fmt::format("{}: key 'intermediate_size' must be positive", source));
+  return with_ffn_hidden_dim(args, hidden);
+}
+
+ModelArgs with_ffn_hidden_dim(ModelArgs args, int64_t hidden) {
+  // ffn_hidden_dim() rounds up to a multiple of multiple_of: with multiple_of = hidden, any
+  // pre-rounding size in (0, hidden] lands exactly on hidden. A larger 8/3·dim is scaled down
+  // to hidden + 0.5, which truncates to hidden whatever the rounding of the product.
+  args.multiple_of = hidden;
+  args.ffn_dim_multiplier.reset();
+  int64_t base = 2 * (4 * args.dim) / 3;
+  if (base > hidden) args.ffn_dim_multiplier = (double(hidden) + 0.5) / double(base);
+  TORCH_CHECK(args.ffn_hidden_dim() == hidden, "FFN size ", hidden, " not reproduced (got ", args.ffn_hidden_dim(), ")");
+  return args;
+}
+
+std::map<std::string, std::vector<int64_t>> llama_parameter_shapes(const ModelArgs& args) {
+  int64_t d = args.dim, hd = args.head_dim(), ffn = args.ffn_hidden_dim();
+  std::map<std::string, std::vector<int64_t>> shapes{
+      {"tok_embeddings.weight", {args.vocab_size, d}},
+      {"norm.weight", {d}},
+      {"output.weight", {args.vocab_size, d}},
+  };
+  for (int64_t i = 0; i < args.n_layers; ++i) {
+    auto p = fmt::format("layers.{}.", i);
+    shapes[p + "attention.wq.weight"] = {args.n_heads * hd, d};
+    shapes[p + "attention.wk.weight"] = {args.kv_heads() * hd, d};
+    shapes[p + "attention.wv.weight"] = {args.kv_heads() * hd, d};
+    shapes[p + "attention.wo.weight"] = {d, args.n_heads * hd};
+    shapes[p + "feed_forward.w1.weight"] = {ffn, d};
+    shapes[p + "feed_forward.w2.weight"] = {d, ffn};
+    shapes[p + "feed_forward.w3.weight"] = {ffn, d};
+    shapes[p + "attention_norm.weight"] = {d};
+    shapes[p + "ffn_norm.weight"] = {d};
+  }
+  return shapes;
+}
+
+void check_llama_state(const StateDict& model, const ModelArgs& args, const std::string& source) {
+  auto shapes = llama_parameter_shapes(args);
+  for (const auto& [name, shape] : shapes) {
+    auto it = model.find(name);
+    if (it == model.end()) throw InputError(fmt::format("{}: missing parameter '{}'", source, name));
+    if (it->second.sizes().vec() != shape) {
+      throw InputError(fmt::format("{}: parameter '{}' has shape [{}], the model needs [{}]", source, name,
+                                   fmt::join(it->second.sizes(), ", "), fmt::join(shape, ", ")));
+    }
+  }
+  for (const auto& [name, _] : model) {
+    if (!shapes.count(name)) throw InputError(fmt::format("{}: unexpected parameter '{}'", source, name));
+  }
+}
+
+ModelArgs infer_model_args(const StateDict& model, const ModelArgs& hyper) {
+  const std::string source = "model state";
+  ModelArgs args = hyper;
+  const auto& emb = require_state(model, "tok_embeddings.weight");
+  if (emb.dim() != 2) throw InputError(fmt::format("{}: tok_embeddings.weight is not a matrix", source));
+  args.vocab_size = emb.size(0);
+  args.dim = emb.size(1);
+  args.n_layers = 0;
+  while (model.count(fmt::format("layers.{}.attention.wq.weight", args.n_layers))) ++args.n_layers;
+  if (args.n_layers == 0 || args.dim % args.n_heads != 0) {
+    throw InputError(fmt::format("{}: no layers, or dim {} not divisible by n_heads {}", source, args.dim, args.n_heads));
+  }
+  args.n_kv_heads = require_state(model, "layers.0.attention.wk.weight").size(0) / args.head_dim();
+  args = with_ffn_hidden_dim(args, require_state(model, "layers.0.feed_forward.w1.weight").size(0));
+  check_llama_state(model, args, source);
+  return args;
+}
+
+}  // namespace ctitan::checkpoint::hf

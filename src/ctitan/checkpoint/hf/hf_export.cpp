@@ -1,0 +1,113 @@
+#include "ctitan/checkpoint/hf/hf_export.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
+
+#include "ctitan/checkpoint/hf/hf_config.h"
+#include "ctitan/checkpoint/hf/hf_names.h"
+#include "ctitan/checkpoint/hf/safetensors.h"
+#include "ctitan/common/error.h"
+#include "ctitan/data/tokenizer.h"
+
+namespace ctitan::checkpoint::hf {
+namespace {
+
+namespace fs = std::filesystem;
+using models::llama::ModelArgs;
+
+// The model's tensors under HF names, in HF order (embeddings, layer 0..n-1, norm, head) so
+// that shards cut the model at layer boundaries where they can.
+std::vector<std::pair<std::string, torch::Tensor>> hf_tensors(const StateDict& model, const ModelArgs& args,
+                                                              torch::ScalarType dtype) {
+  std::vector<std::string> order{"tok_embeddings.weight"};
+  for (int64_t i = 0; i < args.n_layers; ++i) {
+    for (const char* suffix : {"attention.wq.weight", "attention.wk.weight", "attention.wv.weight",
+                               "attention.wo.weight", "feed_forward.w1.weight", "feed_forward.w3.weight",
+                               "feed_forward.w2.weight", "attention_norm.weight", "ffn_norm.weight"}) {
+      order.push_back(fmt::format("layers.{}.{}", i, suffix));
+    }
+  }
+  order.insert(order.end(), {"norm.weight", "output.weight"});
+
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& fqn : order) {
+    auto t = model.at(fqn).detach().to(torch::kCPU);
+    // Permute in the source dtype, then cast: a pure row reordering, so exact either way.
+    if (fqn.find("attention.wq.") != std::string::npos) t = permute_rows_to_hf(t, args.n_heads);
+    if (fqn.find("attention.wk.") != std::string::npos) t = permute_rows_to_hf(t, args.kv_heads());
+    out.emplace_back(to_hf_name(fqn), t.to(dtype).contiguous());
+  }
+  return out;
+}
+
+void write_json(const fs::path& path, const nlohmann::json& j) {
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  if (!out) throw InputError(fmt::format("HF export: cannot write {}", path.string()));
+}
+
+}  // namespace
+
+int export_hf(const StateDict& model, const ModelArgs& args, const HfExportOptions& options, const fs::path& out_dir) {
+  check_llama_state(model, args, "HF export");
+  if (fs::exists(out_dir) && !(fs::is_directory(out_dir) && fs::is_empty(out_dir))) {
+    throw InputError(fmt::format("HF export: output {} already exists and is not an empty directory", out_dir.string()));
+  }
+  if (options.max_shard_bytes <= 0) throw InputError("HF export: max shard size must be positive");
+
+  std::optional<SpecialTokens> specials;
+  if (!options.tokenizer_path.empty()) {
+    auto tokenizer = data::Tokenizer::load(options.tokenizer_path);
+    if (tokenizer.vocab_size() > args.vocab_size) {
+      throw InputError(fmt::format("HF export: tokenizer {} has {} tokens, more than the model's vocab_size {}",
+                                   options.tokenizer_path, tokenizer.vocab_size(), args.vocab_size));
+    }
+    specials = SpecialTokens{tokenizer.bos_id(), tokenizer.eos_id()};
+  }
+
+  // Greedy packing in model order: a new shard starts when the next tensor would overflow.
+  std::vector<NamedTensors> shards(1);
+  int64_t shard_bytes = 0, total_bytes = 0;
+  for (auto& [name, t] : hf_tensors(model, args, options.dtype)) {
+    int64_t bytes = tensor_bytes(t);
+    if (shard_bytes > 0 && shard_bytes + bytes > options.max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().emplace(name, t);
+    shard_bytes += bytes;
+    total_bytes += bytes;
+  }
+
+  auto staging = out_dir;
+  staging += ".partial";
+  fs::remove_all(staging);
+  fs::create_directories(staging);
+  const std::map<std::string, std::string> metadata{{"format", "pt"}};
+  int n = static_cast<int>(shards.size());
+  if (n == 1) {
+    save_safetensors(staging / "model.safetensors", shards[0], metadata);
+  } else {
+    nlohmann::json weight_map = nlohmann::json::object();
+    for (int i = 0; i < n; ++i) {
+      auto file = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, n);
+      save_safetensors(staging / file, shards[size_t(i)], metadata);
+      for (const auto& [name, _] : shards[size_t(i)]) weight_map[name] = file;
+    }
+    write_json(staging / "model.safetensors.index.json",
+               {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}});
+  }
+  write_json(staging / "config.json", hf_config_json(args, options.dtype, specials));
+  if (!options.tokenizer_path.empty()) fs::copy_file(options.tokenizer_path, staging / "tokenizer.model");
+
+  if (fs::exists(out_dir)) fs::remove(out_dir);  // empty, checked above
+  if (out_dir.has_parent_path()) fs::create_directories(out_dir.parent_path());
+  fs::rename(staging, out_dir);
+  return n;
+}
+
+}  // namespace ctitan::checkpoint::hf

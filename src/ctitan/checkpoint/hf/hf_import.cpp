@@ -1,0 +1,100 @@
+#include "ctitan/checkpoint/hf/hf_import.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "ctitan/checkpoint/hf/hf_config.h"
+#include "ctitan/checkpoint/hf/hf_names.h"
+#include "ctitan/checkpoint/hf/safetensors.h"
+#include "ctitan/common/error.h"
+
+namespace ctitan::checkpoint::hf {
+namespace {
+
+namespace fs = std::filesystem;
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: cannot open", path.string()));
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: not valid JSON ({})", path.string(), e.what()));
+  }
+}
+
+// The safetensors files of the export: the index's shards, or the single model.safetensors.
+std::vector<fs::path> weight_files(const fs::path& dir) {
+  auto index_path = dir / "model.safetensors.index.json";
+  if (!fs::exists(index_path)) {
+    if (!fs::exists(dir / "model.safetensors")) {
+      throw InputError(fmt::format("HF import {}: neither model.safetensors nor model.safetensors.index.json", dir.string()));
+    }
+    return {dir / "model.safetensors"};
+  }
+  auto index = read_json(index_path);
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+    throw InputError(fmt::format("{}: missing key 'weight_map'", index_path.string()));
+  }
+  std::set<std::string> files;
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    if (!file.is_string()) throw InputError(fmt::format("{}: weight_map['{}'] is not a file name", index_path.string(), name));
+    files.insert(file.get<std::string>());
+  }
+  std::vector<fs::path> paths;
+  for (const auto& f : files) {
+    if (!fs::exists(dir / f)) {
+      throw InputError(fmt::format("{}: names shard {}, which does not exist", index_path.string(), f));
+    }
+    paths.push_back(dir / f);
+  }
+  return paths;
+}
+
+}  // namespace
+
+bool is_hf_dir(const fs::path& dir) {
+  return fs::exists(dir / "config.json") &&
+         (fs::exists(dir / "model.safetensors") || fs::exists(dir / "model.safetensors.index.json"));
+}
+
+HfModel import_hf(const fs::path& dir) {
+  if (!fs::is_directory(dir)) throw InputError(fmt::format("HF import: {} is not a directory", dir.string()));
+  auto config_path = dir / "config.json";
+  HfModel result;
+  auto config = read_json(config_path);
+  result.args = model_args_from_hf_config(config, config_path.string());
+  if (config.contains("torch_dtype") && config["torch_dtype"].is_string()) {
+    result.dtype = dtype_from_name(config["torch_dtype"].get<std::string>(), config_path.string() + " torch_dtype");
+  }
+
+  for (const auto& file : weight_files(dir)) {
+    for (auto& [hf_name, t] : load_safetensors(file).tensors) {
+      // Older HF checkpoints store the rotary table as a buffer; it is recomputed, not loaded.
+      if (hf_name.find("rotary_emb.inv_freq") != std::string::npos) continue;
+      if (!result.model.emplace(from_hf_name(hf_name, file.string()), t).second) {
+        throw InputError(fmt::format("{}: tensor '{}' appears in more than one shard", file.string(), hf_name));
+      }
+    }
+  }
+  // A config that ties the head to the embeddings ships no lm_head.weight.
+  if (!result.model.count("output.weight") && config.value("tie_word_embeddings", false) &&
+      result.model.count("tok_embeddings.weight")) {
+    result.model["output.weight"] = result.model["tok_embeddings.weight"].clone();
+  }
+  check_llama_state(result.model, result.args, fmt::format("HF import {}", dir.string()));
+  // Shapes are checked, so every q/k splits into its heads.
+  for (int64_t i = 0; i < result.args.n_layers; ++i) {
+    auto& wq = result.model.at(fmt::format("layers.{}.attention.wq.weight", i));
+    auto& wk = result.model.at(fmt::format("layers.{}.attention.wk.weight", i));
+    wq = permute_rows_from_hf(wq, result.args.n_heads);
+    wk = permute_rows_from_hf(wk, result.args.kv_heads());
+  }
+  if (fs::exists(dir / "tokenizer.model")) result.tokenizer_path = dir / "tokenizer.model";
+  return result;
+}
+
+}  // namespace ctitan::checkpoint::hf

@@ -1,0 +1,83 @@
+#include "ctitan/checkpoint/hf/hf_names.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <array>
+#include <regex>
+#include <utility>
+
+#include "ctitan/common/error.h"
+
+namespace ctitan::checkpoint::hf {
+namespace {
+
+// Per-layer parameter suffixes: torchtitan's, then HF's (w1 = gate, w3 = up, w2 = down).
+constexpr std::array<std::pair<const char*, const char*>, 9> kLayerNames{{
+    {"attention.wq.weight", "self_attn.q_proj.weight"},
+    {"attention.wk.weight", "self_attn.k_proj.weight"},
+    {"attention.wv.weight", "self_attn.v_proj.weight"},
+    {"attention.wo.weight", "self_attn.o_proj.weight"},
+    {"feed_forward.w1.weight", "mlp.gate_proj.weight"},
+    {"feed_forward.w3.weight", "mlp.up_proj.weight"},
+    {"feed_forward.w2.weight", "mlp.down_proj.weight"},
+    {"attention_norm.weight", "input_layernorm.weight"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+}};
+
+constexpr std::array<std::pair<const char*, const char*>, 3> kTopNames{{
+    {"tok_embeddings.weight", "model.embed_tokens.weight"},
+    {"norm.weight", "model.norm.weight"},
+    {"output.weight", "lm_head.weight"},
+}};
+
+// Maps `name` from column `from` of the tables to column `to`; empty if it is not there.
+std::string translate(const std::string& name, bool to_hf) {
+  for (const auto& names : kTopNames) {
+    if (name == (to_hf ? names.first : names.second)) return to_hf ? names.second : names.first;
+  }
+  static const std::regex ours(R"(layers\.(\d+)\.(.+))"), theirs(R"(model\.layers\.(\d+)\.(.+))");
+  std::smatch m;
+  if (!std::regex_match(name, m, to_hf ? ours : theirs)) return "";
+  for (const auto& names : kLayerNames) {
+    if (m[2] == (to_hf ? names.first : names.second)) {
+      return fmt::format(to_hf ? "model.layers.{}.{}" : "layers.{}.{}", m[1].str(), to_hf ? names.second : names.first);
+    }
+  }
+  return "";
+}
+
+// (n_heads * head_dim, dim) viewed per head as `a` x `b` row blocks, swapped to `b` x `a`.
+torch::Tensor swap_row_blocks(const torch::Tensor& w, int64_t n_heads, int64_t a, int64_t b) {
+  if (w.dim() != 2 || w.size(0) != n_heads * a * b) {
+    throw InputError(fmt::format("q/k weight of shape [{}] does not split into {} heads", fmt::join(w.sizes(), ", "), n_heads));
+  }
+  return w.reshape({n_heads, a, b, w.size(1)}).transpose(1, 2).reshape({w.size(0), w.size(1)}).contiguous();
+}
+
+}  // namespace
+
+std::string to_hf_name(const std::string& fqn) {
+  auto name = translate(fqn, /*to_hf=*/true);
+  if (name.empty()) throw InputError(fmt::format("HF export: '{}' is not a Llama parameter name", fqn));
+  return name;
+}
+
+std::string from_hf_name(const std::string& hf_name, const std::string& source) {
+  auto name = translate(hf_name, /*to_hf=*/false);
+  if (name.empty()) throw InputError(fmt::format("{}: tensor '{}' is not a LlamaForCausalLM parameter", source, hf_name));
+  return name;
+}
+
+torch::Tensor permute_rows_to_hf(const torch::Tensor& w, int64_t n_heads) {
+  // Per head, row 2i + c (pair i, component c) moves to row c * head_dim/2 + i.
+  int64_t half = w.size(0) / n_heads / 2;
+  return swap_row_blocks(w, n_heads, half, 2);
+}
+
+torch::Tensor permute_rows_from_hf(const torch::Tensor& w, int64_t n_heads) {
+  int64_t half = w.size(0) / n_heads / 2;
+  return swap_row_blocks(w, n_heads, 2, half);
+}
+
+}  // namespace ctitan::checkpoint::hf

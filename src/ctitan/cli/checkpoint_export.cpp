@@ -1,0 +1,125 @@
+// `ctitan checkpoint export|import`: Hugging Face safetensors in and out. `checkpoint inspect`
+// lives with the checkpointer; both register under the same `checkpoint` group.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <regex>
+
+#include "ctitan/checkpoint/hf/hf_config.h"
+#include "ctitan/checkpoint/hf/hf_export.h"
+#include "ctitan/checkpoint/hf/hf_import.h"
+#include "ctitan/cli/commands.h"
+#include "ctitan/cli/model_source.h"
+#include "ctitan/common/error.h"
+#include "ctitan/config/config_manager.h"
+#include "ctitan/train/model_builder.h"
+
+namespace ctitan::cli {
+namespace {
+
+// "123", "500MB", "5GB" (decimal, as HF spells max_shard_size) or "64KiB", "2GiB" -> bytes.
+int64_t parse_size(const std::string& text) {
+  static const std::regex re(R"(\s*(\d+)\s*([KMG]i?B)?\s*)", std::regex::icase);
+  std::smatch m;
+  if (!std::regex_match(text, m, re)) {
+    throw InputError(fmt::format("--max-shard-size '{}' is not a size like 5GB, 500MB or 1048576", text));
+  }
+  int64_t value = std::stoll(m[1].str());
+  std::string unit = m[2].str();
+  for (auto& c : unit) c = char(std::toupper(c));
+  int64_t scale = 1;
+  if (!unit.empty()) {
+    int64_t base = unit.size() == 3 ? 1024 : 1000;  // KiB vs KB
+    int power = unit[0] == 'K' ? 1 : unit[0] == 'M' ? 2 : 3;
+    for (int i = 0; i < power; ++i) scale *= base;
+  }
+  return value * scale;
+}
+
+CLI::App& checkpoint_group(CLI::App& app) {
+  // Whichever registration runs first creates the group; the other one finds it.
+  for (auto* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    if (sub->get_name() == "checkpoint") return *sub;
+  }
+  auto* group = app.add_subcommand("checkpoint", "Inspect, export and import checkpoints");
+  group->require_subcommand(1);
+  return *group;
+}
+
+// INTEGRATION POINT: writing a step directory belongs to the DCP checkpointer. Replace the
+// throw with `checkpoint::save_model_only_checkpoint(step_dir, model, job);`.
+void write_seed_checkpoint(const std::filesystem::path& step_dir, const StateDict& model, const config::JobConfig& job) {
+  throw InputError(fmt::format("checkpoint import: cannot write step directory {}: this build has no DCP "
+                               "checkpointer yet", step_dir.string()));
+}
+
+// A job config whose [model] section rebuilds exactly `hf`'s parameter shapes, so that a
+// training run resuming from the seed checkpoint builds the same model.
+config::JobConfig job_config_for(const checkpoint::hf::HfModel& hf, const std::string& config_path,
+                                 const std::string& source) {
+  auto job = config::load_job_config(config_path, {});
+  job.model.dim = hf.args.dim;
+  job.model.n_layers = hf.args.n_layers;
+  job.model.n_heads = hf.args.n_heads;
+  job.model.n_kv_heads = hf.args.kv_heads();
+  job.model.vocab_size = hf.args.vocab_size;
+  if (!hf.tokenizer_path.empty()) job.model.tokenizer_path = hf.tokenizer_path.string();
+  auto rebuilt = train::model_args_from_config(job, nullptr);
+  if (checkpoint::hf::llama_parameter_shapes(rebuilt) != checkpoint::hf::llama_parameter_shapes(hf.args)) {
+    throw InputError(fmt::format("checkpoint import: {} has intermediate_size {}, but model.flavor '{}' builds {}; "
+                                 "pass --config with a flavor of that FFN size", source, hf.args.ffn_hidden_dim(),
+                                 job.model.flavor, rebuilt.ffn_hidden_dim()));
+  }
+  return job;
+}
+
+}  // namespace
+
+void add_checkpoint_export_commands(CLI::App& app) {
+  auto& group = checkpoint_group(app);
+
+  struct ExportArgs {
+    std::string input, output, format = "safetensors", dtype = "float32", max_shard_size = "5GB";
+    std::string config, tokenizer;
+  };
+  auto ea = std::make_shared<ExportArgs>();
+  auto* exp = group.add_subcommand("export", "Write a model as a Hugging Face LlamaForCausalLM directory");
+  exp->add_option("--input", ea->input, "Model: a checkpoint step directory or an HF export")->required();
+  exp->add_option("--output", ea->output, "New directory to write")->required();
+  exp->add_option("--format", ea->format, "Output format (only safetensors)");
+  exp->add_option("--dtype", ea->dtype, "float32 | bfloat16 | float16");
+  exp->add_option("--max-shard-size", ea->max_shard_size, "Largest safetensors file, e.g. 5GB, 500MB, 1048576");
+  exp->add_option("--config", ea->config, "Job config (TOML): model hyperparameters and tokenizer of a step dir");
+  exp->add_option("--tokenizer", ea->tokenizer, "Tokenizer to copy as tokenizer.model (overrides the source's)");
+  exp->callback([ea] {
+    if (ea->format != "safetensors") throw InputError(fmt::format("--format '{}' is unknown (only safetensors)", ea->format));
+    checkpoint::hf::HfExportOptions options;
+    options.dtype = checkpoint::hf::dtype_from_name(ea->dtype, "--dtype");
+    options.max_shard_bytes = parse_size(ea->max_shard_size);
+    auto source = open_model_source(ea->input, ea->config);
+    options.tokenizer_path = ea->tokenizer.empty() ? source.tokenizer_path : ea->tokenizer;
+    int files = checkpoint::hf::export_hf(source.model, source.args, options, ea->output);
+    spdlog::info("exported {} parameters to {} ({} safetensors file{}, {})", source.model.size(), ea->output, files,
+                 files == 1 ? "" : "s", ea->dtype);
+  });
+
+  struct ImportArgs {
+    std::string input, output, config;
+  };
+  auto ia = std::make_shared<ImportArgs>();
+  auto* imp = group.add_subcommand("import", "Read a Hugging Face Llama directory into a seed checkpoint");
+  imp->add_option("--input", ia->input, "HF directory (config.json + model.safetensors[.index.json])")->required();
+  imp->add_option("--output", ia->output, "Step directory to write")->required();
+  imp->add_option("--config", ia->config, "Job config (TOML) the seed checkpoint is for; [model] shape is set from the import");
+  imp->callback([ia] {
+    auto hf = checkpoint::hf::import_hf(ia->input);
+    auto job = job_config_for(hf, ia->config, ia->input);
+    // Training keeps fp32 master weights whatever the export's dtype.
+    for (auto& [_, t] : hf.model) t = t.to(torch::kFloat);
+    write_seed_checkpoint(ia->output, hf.model, job);
+    spdlog::info("imported {} parameters from {} into {}", hf.model.size(), ia->input, ia->output);
+  });
+}
+
+}  // namespace ctitan::cli

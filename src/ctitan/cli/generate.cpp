@@ -1,0 +1,107 @@
+// `ctitan generate --checkpoint PATH (--prompt TEXT | --prompt-ids 1,2,3) ...`: sample from a
+// trained model with a KV cache (models/llama/generate.h).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "ctitan/cli/commands.h"
+#include "ctitan/cli/model_source.h"
+#include "ctitan/common/error.h"
+#include "ctitan/common/threads.h"
+#include "ctitan/data/tokenizer.h"
+#include "ctitan/models/llama/generate.h"
+
+namespace ctitan::cli {
+namespace {
+
+std::vector<int64_t> parse_ids(const std::string& text) {
+  std::vector<int64_t> ids;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    try {
+      ids.push_back(std::stoll(item, &used));
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || item.find_first_not_of(" ", used) != std::string::npos) {
+      throw InputError(fmt::format("--prompt-ids: '{}' is not an integer (expected e.g. 1,2,3)", item));
+    }
+  }
+  return ids;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  struct Args {
+    std::string checkpoint, prompt, prompt_ids, config, tokenizer;
+    models::llama::SamplingOptions sampling;
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  a->sampling.temperature = 1.0;
+  auto* cmd = app.add_subcommand("generate", "Sample a continuation from a model (KV-cached decoding)");
+  cmd->add_option("--checkpoint", a->checkpoint, "Model: a checkpoint step directory or an HF export")->required();
+  auto* prompt = cmd->add_option("--prompt", a->prompt, "Prompt text (needs a tokenizer)");
+  auto* prompt_ids = cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt token ids, e.g. 1,2,3");
+  prompt->excludes(prompt_ids);
+  cmd->add_option("--max-new-tokens", a->sampling.max_new_tokens, "Tokens to generate")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temperature", a->sampling.temperature, "Softmax temperature; 0 = greedy")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", a->sampling.top_k, "Sample among the k most likely tokens; 0 = all")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", a->sampling.seed, "Sampling seed");
+  cmd->add_option("--config", a->config, "Job config (TOML): model hyperparameters and tokenizer of a step dir");
+  cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer rank file (overrides the checkpoint's)");
+  cmd->add_flag("--json", a->json, "Print {\"ids\": [...], \"text\": \"...\"} (the generated part only)");
+  cmd->callback([a] {
+    if (a->prompt.empty() == a->prompt_ids.empty()) throw InputError("generate: give exactly one of --prompt or --prompt-ids");
+    configure_threads();
+    auto source = open_model_source(a->checkpoint, a->config);
+    std::string tokenizer_path = a->tokenizer.empty() ? source.tokenizer_path : a->tokenizer;
+    std::optional<data::Tokenizer> tokenizer;
+    if (!tokenizer_path.empty()) tokenizer = data::Tokenizer::load(tokenizer_path);
+    if (!tokenizer && !a->prompt.empty()) {
+      throw InputError(fmt::format("generate: --prompt needs a tokenizer, and {} has none (use --tokenizer or --prompt-ids)",
+                                   a->checkpoint));
+    }
+
+    std::vector<int64_t> prompt;
+    if (!a->prompt.empty()) {
+      auto ids = tokenizer->encode(a->prompt, /*bos=*/true, /*eos=*/false);
+      prompt.assign(ids.begin(), ids.end());
+    } else {
+      prompt = parse_ids(a->prompt_ids);
+    }
+    if (tokenizer) a->sampling.stop_token = tokenizer->eos_id();
+
+    auto model = build_model_from_source(source);
+    auto ids = models::llama::generate(*model, prompt, a->sampling);
+
+    std::string text;
+    if (tokenizer) {
+      // Special and padding ids have no bytes: the text shows only real tokens.
+      std::vector<int32_t> decodable;
+      for (auto id : ids) {
+        if (id < tokenizer->n_base()) decodable.push_back(int32_t(id));
+      }
+      text = tokenizer->decode(decodable);
+    }
+    if (a->json) {
+      nlohmann::json out = {{"ids", ids}, {"text", text}};
+      // A sampled sequence may end inside a UTF-8 character: replace rather than throw.
+      std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    } else if (tokenizer) {
+      std::cout << a->prompt << text << "\n";
+    } else {
+      std::cout << fmt::format("{}", fmt::join(ids, " ")) << "\n";
+    }
+  });
+}
+
+}  // namespace ctitan::cli

@@ -1,0 +1,55 @@
+#include "ctitan/models/llama/generate.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+
+#include "ctitan/common/error.h"
+#include "ctitan/models/llama/kv_cache.h"
+
+namespace ctitan::models::llama {
+
+int64_t sample_next(const torch::Tensor& logits, const SamplingOptions& options, at::Generator& generator) {
+  auto l = logits.to(torch::kFloat);  // (vocab,)
+  if (options.temperature <= 0) return l.argmax().item<int64_t>();
+  l = l / options.temperature;
+  if (options.top_k > 0 && options.top_k < l.size(0)) {
+    // Everything below the k-th largest logit gets probability 0.
+    auto kth = std::get<0>(l.topk(options.top_k)).min();
+    l = l.masked_fill(l < kth, -std::numeric_limits<float>::infinity());
+  }
+  auto probs = torch::softmax(l, -1);
+  return at::multinomial(probs, 1, /*replacement=*/false, generator).item<int64_t>();
+}
+
+std::vector<int64_t> generate(TransformerImpl& model, const std::vector<int64_t>& prompt, const SamplingOptions& options) {
+  const auto& args = model.args();
+  if (prompt.empty()) throw InputError("generate: the prompt is empty");
+  for (auto id : prompt) {
+    if (id < 0 || id >= args.vocab_size) {
+      throw InputError(fmt::format("generate: prompt id {} is outside the vocabulary [0, {})", id, args.vocab_size));
+    }
+  }
+  int64_t total = int64_t(prompt.size()) + options.max_new_tokens;
+  if (total > args.max_seq_len) {
+    throw InputError(fmt::format("generate: prompt ({} tokens) + --max-new-tokens {} exceed the model's "
+                                 "max_seq_len {}", prompt.size(), options.max_new_tokens, args.max_seq_len));
+  }
+  if (options.max_new_tokens <= 0) return {};
+
+  torch::NoGradGuard no_grad;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
+  auto device = model.tok_embeddings->weight.device();
+  CachedDecoder decoder(model, /*batch=*/1, total);
+  // Prefill: the whole prompt in one forward; its last position predicts the first new token.
+  auto logits = decoder.forward(torch::tensor(prompt, torch::kLong).view({1, -1}).to(device));
+  std::vector<int64_t> out;
+  while (true) {
+    auto next = sample_next(logits[0][-1], options, generator);
+    out.push_back(next);
+    if (int64_t(out.size()) == options.max_new_tokens || (options.stop_token && next == *options.stop_token)) break;
+    logits = decoder.forward(torch::tensor({next}, torch::kLong).view({1, 1}).to(device));
+  }
+  return out;
+}
+
+}  // namespace ctitan::models::llama

@@ -1,0 +1,227 @@
+// export_hf -> files on disk -> import_hf: exact round trips, HF names and layout, sharding, errors.
+#include "ctitan/checkpoint/hf/hf_export.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "ctitan/checkpoint/hf/hf_config.h"
+#include "ctitan/checkpoint/hf/hf_import.h"
+#include "ctitan/checkpoint/hf/hf_names.h"
+#include "ctitan/checkpoint/hf/safetensors.h"
+#include "ctitan/common/error.h"
+#include "ctitan/data/tokenizer.h"
+#include "ctitan/models/llama/model.h"
+#include "support/test_support.h"
+
+namespace ctitan::checkpoint::hf {
+namespace {
+
+namespace fs = std::filesystem;
+using models::llama::ModelArgs;
+using testing::TempDir;
+
+// GQA (2 kv heads for 4) and an FFN size off the default formula, so both are carried through.
+ModelArgs small_args() {
+  ModelArgs args;
+  args.dim = 32; args.n_layers = 2; args.n_heads = 4; args.n_kv_heads = 2; args.vocab_size = 300;
+  args.multiple_of = 16; args.ffn_dim_multiplier = 1.3; args.norm_eps = 1e-6; args.rope_theta = 10000;
+  args.max_seq_len = 64;
+  return args;
+}
+
+StateDict random_state(const ModelArgs& args) {
+  torch::manual_seed(3);
+  models::llama::Transformer model(args);
+  models::llama::init_weights(*model);
+  StateDict state;
+  for (const auto& p : model->named_parameters()) state[p.key()] = p.value().detach().clone();
+  // Norm weights init to ones; perturb them so a swapped norm would show.
+  for (auto& [name, t] : state) {
+    if (t.dim() == 1) t.add_(torch::randn_like(t) * 0.1);
+  }
+  return state;
+}
+
+void expect_same_shape(const ModelArgs& a, const ModelArgs& b) {
+  EXPECT_EQ(llama_parameter_shapes(a), llama_parameter_shapes(b));
+  EXPECT_EQ(a.n_heads, b.n_heads);
+  EXPECT_EQ(a.kv_heads(), b.kv_heads());
+  EXPECT_EQ(a.norm_eps, b.norm_eps);
+  EXPECT_EQ(a.rope_theta, b.rope_theta);
+  EXPECT_EQ(a.max_seq_len, b.max_seq_len);
+}
+
+TEST(HfExport, Fp32RoundTripIsBitwiseExact) {
+  TempDir dir;
+  auto args = small_args();
+  auto state = random_state(args);
+  EXPECT_EQ(export_hf(state, args, {}, dir.path() / "hf"), 1);
+  auto hf = import_hf(dir.path() / "hf");
+  expect_same_shape(hf.args, args);
+  EXPECT_EQ(hf.dtype, torch::kFloat);
+  ASSERT_EQ(hf.model.size(), state.size());
+  for (const auto& [name, t] : state) EXPECT_TRUE(torch::equal(hf.model.at(name), t)) << name;
+  EXPECT_TRUE(hf.tokenizer_path.empty());
+  EXPECT_FALSE(fs::exists(dir.path() / "hf.partial"));
+}
+
+TEST(HfExport, FilesUseHfNamesRowOrderAndConfig) {
+  TempDir dir;
+  auto args = small_args();
+  auto state = random_state(args);
+  export_hf(state, args, {}, dir.path() / "hf");
+  auto file = load_safetensors(dir.path() / "hf" / "model.safetensors");
+  EXPECT_EQ(file.metadata.at("format"), "pt");
+  const auto& t = file.tensors;
+  EXPECT_TRUE(torch::equal(t.at("model.embed_tokens.weight"), state.at("tok_embeddings.weight")));
+  EXPECT_TRUE(torch::equal(t.at("lm_head.weight"), state.at("output.weight")));
+  EXPECT_TRUE(torch::equal(t.at("model.norm.weight"), state.at("norm.weight")));
+  EXPECT_TRUE(torch::equal(t.at("model.layers.1.mlp.gate_proj.weight"), state.at("layers.1.feed_forward.w1.weight")));
+  EXPECT_TRUE(torch::equal(t.at("model.layers.1.mlp.up_proj.weight"), state.at("layers.1.feed_forward.w3.weight")));
+  EXPECT_TRUE(torch::equal(t.at("model.layers.1.mlp.down_proj.weight"), state.at("layers.1.feed_forward.w2.weight")));
+  EXPECT_TRUE(torch::equal(t.at("model.layers.0.self_attn.v_proj.weight"), state.at("layers.0.attention.wv.weight")));
+  EXPECT_TRUE(torch::equal(t.at("model.layers.0.post_attention_layernorm.weight"), state.at("layers.0.ffn_norm.weight")));
+  // q and k are stored permuted per head (q over 4 heads, k over its 2 kv heads).
+  EXPECT_TRUE(torch::equal(t.at("model.layers.0.self_attn.q_proj.weight"),
+                           permute_rows_to_hf(state.at("layers.0.attention.wq.weight"), 4)));
+  EXPECT_TRUE(torch::equal(t.at("model.layers.0.self_attn.k_proj.weight"),
+                           permute_rows_to_hf(state.at("layers.0.attention.wk.weight"), 2)));
+
+  auto config = nlohmann::json::parse(testing::read_file((dir.path() / "hf" / "config.json").string()));
+  EXPECT_EQ(config["architectures"], nlohmann::json({"LlamaForCausalLM"}));
+  EXPECT_EQ(config["hidden_size"], 32);
+  EXPECT_EQ(config["intermediate_size"], args.ffn_hidden_dim());
+  EXPECT_EQ(config["intermediate_size"], state.at("layers.0.feed_forward.w1.weight").size(0));
+  EXPECT_EQ(config["num_attention_heads"], 4);
+  EXPECT_EQ(config["num_key_value_heads"], 2);
+  EXPECT_EQ(config["num_hidden_layers"], 2);
+  EXPECT_EQ(config["vocab_size"], 300);
+  EXPECT_EQ(config["rms_norm_eps"], 1e-6);
+  EXPECT_EQ(config["rope_theta"], 10000.0);
+  EXPECT_EQ(config["max_position_embeddings"], 64);
+  EXPECT_EQ(config["torch_dtype"], "float32");
+  EXPECT_EQ(config["tie_word_embeddings"], false);
+  EXPECT_EQ(config["hidden_act"], "silu");
+}
+
+TEST(HfExport, ShardsWithAnIndexAndBf16) {
+  TempDir dir;
+  auto args = small_args();
+  auto state = random_state(args);
+  HfExportOptions options;
+  options.dtype = torch::kBFloat16;
+  options.max_shard_bytes = 8000;  // the 300x32 bf16 embedding (19200 B) alone exceeds it
+  int files = export_hf(state, args, options, dir.path() / "hf");
+  EXPECT_GT(files, 2);
+  EXPECT_FALSE(fs::exists(dir.path() / "hf" / "model.safetensors"));
+  auto index = nlohmann::json::parse(testing::read_file((dir.path() / "hf" / "model.safetensors.index.json").string()));
+  int64_t total = 0;
+  std::set<std::string> shard_files;
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    auto shard = load_safetensors(dir.path() / "hf" / file.get<std::string>());
+    ASSERT_TRUE(shard.tensors.count(name)) << name << " not in " << file;
+    total += tensor_bytes(shard.tensors.at(name));
+    shard_files.insert(file.get<std::string>());
+    // Only a tensor too big on its own may make a shard exceed the limit.
+    if (fs::file_size(dir.path() / "hf" / file.get<std::string>()) > 8000 + 1000) {
+      EXPECT_EQ(shard.tensors.size(), 1u);
+    }
+  }
+  EXPECT_EQ(index["weight_map"].size(), state.size());
+  EXPECT_EQ(int(shard_files.size()), files);
+  EXPECT_EQ(index["metadata"]["total_size"], total);
+
+  auto hf = import_hf(dir.path() / "hf");
+  EXPECT_EQ(hf.dtype, torch::kBFloat16);
+  for (const auto& [name, t] : state) {
+    EXPECT_EQ(hf.model.at(name).scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(hf.model.at(name), t.to(torch::kBFloat16))) << name;
+  }
+}
+
+TEST(HfExport, CopiesTheTokenizerAndNamesItsSpecialTokens) {
+  TempDir dir;
+  std::vector<std::string> bytes;
+  for (int b = 0; b < 256; ++b) bytes.push_back(std::string(1, char(b)));
+  data::Tokenizer::from_ranks(bytes).save(dir.file("tok.model"));
+  HfExportOptions options;
+  options.tokenizer_path = dir.file("tok.model");
+  auto args = small_args();
+  export_hf(random_state(args), args, options, dir.path() / "hf");
+  EXPECT_EQ(testing::read_file((dir.path() / "hf" / "tokenizer.model").string()), testing::read_file(dir.file("tok.model")));
+  auto config = nlohmann::json::parse(testing::read_file((dir.path() / "hf" / "config.json").string()));
+  EXPECT_EQ(config["bos_token_id"], 256);
+  EXPECT_EQ(config["eos_token_id"], 257);
+  EXPECT_EQ(import_hf(dir.path() / "hf").tokenizer_path, dir.path() / "hf" / "tokenizer.model");
+}
+
+// The message of the InputError `f` throws, or "" if none.
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(HfExport, BadInputsAreOneLineErrors) {
+  TempDir dir;
+  auto args = small_args();
+  auto state = random_state(args);
+  auto missing = state;
+  missing.erase("layers.1.ffn_norm.weight");
+  EXPECT_NE(error_of([&] { export_hf(missing, args, {}, dir.path() / "x"); }).find("missing parameter 'layers.1.ffn_norm.weight'"),
+            std::string::npos);
+  fs::create_directories(dir.path() / "occupied");
+  testing::write_file(dir.file("occupied/file"), "x");
+  EXPECT_NE(error_of([&] { export_hf(state, args, {}, dir.path() / "occupied"); }).find("already exists"), std::string::npos);
+
+  HfExportOptions sharded;
+  sharded.max_shard_bytes = 20000;
+  export_hf(state, args, sharded, dir.path() / "hf");
+  auto hf = dir.path() / "hf";
+  auto index = nlohmann::json::parse(testing::read_file((hf / "model.safetensors.index.json").string()));
+  auto last_shard = index["weight_map"]["lm_head.weight"].get<std::string>();
+  fs::remove(hf / last_shard);
+  EXPECT_NE(error_of([&] { import_hf(hf); }).find(last_shard + ", which does not exist"), std::string::npos);
+
+  export_hf(state, args, {}, dir.path() / "hf2");
+  auto config = nlohmann::json::parse(testing::read_file((dir.path() / "hf2" / "config.json").string()));
+  config["num_attention_heads"] = 8;  // wq still has 4 heads' rows: fine; but head_dim now disagrees
+  testing::write_file((dir.path() / "hf2" / "config.json").string(), config.dump());
+  EXPECT_NE(error_of([&] { import_hf(dir.path() / "hf2"); }).find("head_dim"), std::string::npos);
+  config.erase("head_dim");
+  config["num_attention_heads"] = 4;
+  config["hidden_size"] = 48;
+  testing::write_file((dir.path() / "hf2" / "config.json").string(), config.dump());
+  EXPECT_NE(error_of([&] { import_hf(dir.path() / "hf2"); }).find("has shape"), std::string::npos);
+  config.erase("hidden_size");
+  testing::write_file((dir.path() / "hf2" / "config.json").string(), config.dump());
+  EXPECT_NE(error_of([&] { import_hf(dir.path() / "hf2"); }).find("missing key 'hidden_size'"), std::string::npos);
+}
+
+TEST(HfConfig, FfnSizeIsReproducedForAnyIntermediateSize) {
+  ModelArgs args;
+  args.dim = 4096;
+  for (int64_t hidden : {1, 7, 1000, 10922, 11008, 14336, 28672}) {
+    EXPECT_EQ(with_ffn_hidden_dim(args, hidden).ffn_hidden_dim(), hidden);
+  }
+}
+
+TEST(HfConfig, InfersShapesFromTensors) {
+  auto args = small_args();
+  auto state = random_state(args);
+  ModelArgs hyper;
+  hyper.n_heads = 4; hyper.norm_eps = 1e-6; hyper.rope_theta = 10000; hyper.max_seq_len = 64;
+  expect_same_shape(infer_model_args(state, hyper), args);
+  hyper.n_heads = 5;
+  EXPECT_THROW(infer_model_args(state, hyper), InputError);
+}
+
+}  // namespace
+}  // namespace ctitan::checkpoint::hf

@@ -1,0 +1,114 @@
+// The safetensors reader and writer against hand-built files and every malformed-file case.
+#include "ctitan/checkpoint/hf/safetensors.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "ctitan/common/error.h"
+#include "support/test_support.h"
+
+namespace ctitan::checkpoint::hf {
+namespace {
+
+using testing::TempDir;
+
+// A file laid out by hand from the format description, independent of save_safetensors.
+std::string raw_file(const std::string& header, const std::string& data) {
+  std::string out(8, '\0');
+  uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out[size_t(i)] = char((n >> (8 * i)) & 0xff);
+  return out + header + data;
+}
+
+std::string float_bytes(std::vector<float> v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+// The error message of load_safetensors on `bytes`, or "" if it loaded.
+std::string load_error(const TempDir& dir, const std::string& bytes) {
+  auto path = dir.file("bad.safetensors");
+  testing::write_file(path, bytes);
+  try {
+    load_safetensors(path);
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Safetensors, ReadsAHandBuiltFile) {
+  TempDir dir;
+  auto path = dir.file("a.safetensors");
+  testing::write_file(path, raw_file(
+      R"({"__metadata__":{"format":"pt"},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},)"
+      R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", float_bytes({1.5f, -2.f, 7.f})));
+  auto file = load_safetensors(path);
+  ASSERT_EQ(file.tensors.size(), 2u);
+  EXPECT_TRUE(torch::equal(file.tensors.at("a"), torch::tensor({1.5f, -2.f})));
+  EXPECT_TRUE(torch::equal(file.tensors.at("b"), torch::tensor({7.f})));
+  EXPECT_EQ(file.metadata.at("format"), "pt");
+}
+
+TEST(Safetensors, WritesTheDocumentedLayout) {
+  TempDir dir;
+  auto path = dir.file("w.safetensors");
+  save_safetensors(path, {{"x", torch::tensor({3.f, 4.f})}}, {{"format", "pt"}});
+  auto bytes = testing::read_file(path);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | uint8_t(bytes[size_t(i)]);
+  EXPECT_EQ(n % 8, 0u) << "data section must start 8-byte aligned";
+  auto header = nlohmann::json::parse(bytes.substr(8, n));
+  EXPECT_EQ(header["x"]["dtype"], "F32");
+  EXPECT_EQ(header["x"]["shape"], nlohmann::json({2}));
+  EXPECT_EQ(header["x"]["data_offsets"], nlohmann::json({0, 8}));
+  EXPECT_EQ(header["__metadata__"]["format"], "pt");
+  EXPECT_EQ(bytes.substr(8 + n), float_bytes({3.f, 4.f}));
+}
+
+TEST(Safetensors, RoundTripsEveryDtypeBitwise) {
+  TempDir dir;
+  torch::manual_seed(0);
+  NamedTensors tensors{
+      {"f32", torch::randn({3, 5})},
+      {"bf16", torch::randn({4, 2}).to(torch::kBFloat16)},
+      {"f16", torch::randn({7}).to(torch::kHalf)},
+      {"i64", torch::arange(6, torch::kLong).view({2, 3})},
+      {"u8", torch::randint(0, 255, {9}, torch::kByte)},
+      {"scalar", torch::tensor(2.5, torch::kDouble)},
+      {"empty", torch::zeros({0, 4})},
+  };
+  save_safetensors(dir.file("t.safetensors"), tensors);
+  auto loaded = load_safetensors(dir.file("t.safetensors")).tensors;
+  ASSERT_EQ(loaded.size(), tensors.size());
+  for (const auto& [name, t] : tensors) {
+    EXPECT_EQ(loaded.at(name).scalar_type(), t.scalar_type()) << name;
+    EXPECT_EQ(loaded.at(name).sizes(), t.sizes()) << name;
+    EXPECT_TRUE(torch::equal(loaded.at(name), t)) << name;
+  }
+}
+
+TEST(Safetensors, RejectsMalformedFilesWithOneLineNamingTheFile) {
+  TempDir dir;
+  const std::string ok_entry = R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
+  auto data = float_bytes({1.f, 2.f});
+  EXPECT_NE(load_error(dir, "abc").find("truncated file"), std::string::npos);
+  EXPECT_NE(load_error(dir, raw_file("{" + ok_entry + "}", data).substr(0, 20)).find("header length"), std::string::npos);
+  EXPECT_NE(load_error(dir, raw_file("{not json", data)).find("bad header"), std::string::npos);
+  EXPECT_NE(load_error(dir, raw_file("[1,2]", data)).find("bad header"), std::string::npos);
+  EXPECT_NE(load_error(dir, raw_file(R"({"a":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", data))
+                .find("unknown dtype 'F8_E4M3'"), std::string::npos);
+  EXPECT_NE(load_error(dir, raw_file(R"({"a":{"dtype":"F32","shape":[2]}})", data)).find("bad header"),
+            std::string::npos);
+  // Data cut short: the offsets now point past the end of the file.
+  EXPECT_NE(load_error(dir, raw_file("{" + ok_entry + "}", data.substr(0, 6))).find("out of range"), std::string::npos);
+  EXPECT_NE(load_error(dir, raw_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data))
+                .find("need 12"), std::string::npos);
+  EXPECT_EQ(load_error(dir, raw_file("{" + ok_entry + "}", data)), "");
+}
+
+}  // namespace
+}  // namespace ctitan::checkpoint::hf
