@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   ctitan::cli::add_data_command(app);
   ctitan::cli::add_selftest_command(app);
   ctitan::cli::add_run_command(app);
+  ctitan::cli::add_checkpoint_command(app);
   spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
   try {
     app.parse(argc, argv);
