@@ -20,6 +20,7 @@ test: build
 
 bench: build
 	cd $(BUILD_DIR) && bin/train_throughput
+	cd $(BUILD_DIR) && bin/checkpoint_bench
 	/usr/bin/python3 bench/ddp_scaling.py --ctitan $(BUILD_DIR)/bin/ctitan
 	for n in 2 4; do OMP_NUM_THREADS=1 $(BUILD_DIR)/bin/ctitan run --nproc-per-node $$n --master-port 0 \
 	  --local-ranks-filter 0 --exec $(BUILD_DIR)/bin/collectives || exit 1; done

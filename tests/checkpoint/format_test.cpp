@@ -114,10 +114,10 @@ TEST(CheckpointFormat, ModelIoRoundTripsAModelOnlyCheckpoint) {
 }
 
 TEST(CheckpointFormat, StepDirNames) {
-  EXPECT_EQ(parse_step_dir_name("step-120"), 120);
-  EXPECT_EQ(parse_step_dir_name("step-"), std::nullopt);
-  EXPECT_EQ(parse_step_dir_name("step-1x"), std::nullopt);
-  EXPECT_EQ(parse_step_dir_name("steps-1"), std::nullopt);
+  EXPECT_EQ(parse_step_dir_name("step-120").value_or(-1), 120);
+  EXPECT_FALSE(parse_step_dir_name("step-").has_value());
+  EXPECT_FALSE(parse_step_dir_name("step-1x").has_value());
+  EXPECT_FALSE(parse_step_dir_name("steps-1").has_value());
 }
 
 }  // namespace

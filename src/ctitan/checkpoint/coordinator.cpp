@@ -23,7 +23,7 @@ class StoreCoordinator : public Coordinator {
     const int64_t call = calls_++;
     auto key = [call](int r) { return fmt::format("checkpoint/{}/{}", call, r); };
     store_->set(key(rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
-    std::vector<std::string> all(size_t(world_size_));
+    std::vector<std::string> all(static_cast<size_t>(world_size_));
     for (int r = 0; r < world_size_; ++r) {
       auto bytes = store_->get(key(r));
       all[size_t(r)].assign(bytes.begin(), bytes.end());

@@ -30,6 +30,15 @@ torch::ScalarType export_dtype(const std::string& name) {
   return torch::kFloat;
 }
 
+// False for unreadable metadata too: loading it then reports why.
+bool is_model_only(const std::filesystem::path& step_dir) {
+  try {
+    return read_metadata(step_dir).model_only;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 CheckpointManager::CheckpointManager(const config::JobConfig& config, std::shared_ptr<Coordinator> coordinator,
@@ -92,6 +101,10 @@ bool CheckpointManager::load(PartStates& state, const PartLayouts& layouts) {
     std::string first_error;
     for (auto step : candidates) {
       auto dir = folder_ / step_dir_name(step);
+      if (step > 0 && c.load_step < 0 && is_model_only(dir)) {
+        if (place_.rank == 0) spdlog::info("skipping {}: a model-only export cannot resume training", dir.string());
+        continue;
+      }
       auto error = join_rank_errors(coordinator_->all_gather(try_load(dir, state, layouts, false)));
       if (error.empty()) {
         spdlog::info("resumed from checkpoint {}", dir.string());
@@ -100,7 +113,7 @@ bool CheckpointManager::load(PartStates& state, const PartLayouts& layouts) {
       if (first_error.empty()) first_error = error;
       spdlog::warn("checkpoint {} is unusable, trying the previous one: {}", dir.string(), error);
     }
-    if (!candidates.empty()) {
+    if (!first_error.empty()) {
       throw InputError(fmt::format("checkpoint error: no usable checkpoint in {} (newest: {})", folder_.string(),
                                    first_error));
     }

@@ -177,7 +177,6 @@ torch::Tensor Trainer::forward_backward(const std::vector<data::Batch>& microbat
 }
 
 void Trainer::train() {
-  const auto& t = config_.training;
   if (config_.checkpoint.create_seed_checkpoint) return checkpointer_->save_seed(state_dicts());
   try {
     train_steps();
