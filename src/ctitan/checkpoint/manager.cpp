@@ -154,7 +154,16 @@ std::string CheckpointManager::save(int64_t step, PartStates state, const PartLa
   };
   if (async_) {
     // Snapshot at the step boundary: the background thread writes copies while training goes on.
-    for (auto& s : to_write) s.tensor = s.tensor.detach().clone();
+    // The copies go into staging buffers kept from the previous save (free: we waited for it),
+    // so a save costs a memcpy, not fresh allocations and their page faults.
+    for (auto& s : to_write) {
+      auto& buffer = staging_[slice_identity(s)];
+      if (!buffer.defined() || buffer.sizes() != s.tensor.sizes() || buffer.scalar_type() != s.tensor.scalar_type()) {
+        buffer = torch::empty(s.tensor.sizes(), s.tensor.options().memory_format(torch::MemoryFormat::Contiguous));
+      }
+      buffer.copy_(s.tensor.detach());
+      s.tensor = buffer;
+    }
     worker_.submit([this, request, to_write = std::move(to_write), purge] {
       try {
         execute_save(*coordinator_, request, to_write);

@@ -81,6 +81,7 @@ class CheckpointManager {
   PartStates boundary_state_;  // per-rank parts at the last step start
   int64_t boundary_step_ = -1;
   bool save_failed_ = false;   // the exception in flight is a failed save
+  std::map<std::string, torch::Tensor> staging_;  // async snapshot buffers by slice identity
   std::mutex error_mutex_;
   std::string async_error_;    // set by the background thread
   double last_blocked_seconds_ = 0;
