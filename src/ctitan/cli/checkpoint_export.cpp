@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <regex>
 
+#include "ctitan/checkpoint/model_io.h"
 #include "ctitan/checkpoint/hf/hf_config.h"
 #include "ctitan/checkpoint/hf/hf_export.h"
 #include "ctitan/checkpoint/hf/hf_import.h"
@@ -45,13 +46,6 @@ CLI::App& checkpoint_group(CLI::App& app) {
   auto* group = app.add_subcommand("checkpoint", "Inspect, export and import checkpoints");
   group->require_subcommand(1);
   return *group;
-}
-
-// INTEGRATION POINT: writing a step directory belongs to the DCP checkpointer. Replace the
-// throw with `checkpoint::save_model_only_checkpoint(step_dir, model, job);`.
-void write_seed_checkpoint(const std::filesystem::path& step_dir, const StateDict& model, const config::JobConfig& job) {
-  throw InputError(fmt::format("checkpoint import: cannot write step directory {}: this build has no DCP "
-                               "checkpointer yet", step_dir.string()));
 }
 
 // A job config whose [model] section rebuilds exactly `hf`'s parameter shapes, so that a
@@ -117,7 +111,7 @@ void add_checkpoint_export_commands(CLI::App& app) {
     auto job = job_config_for(hf, ia->config, ia->input);
     // Training keeps fp32 master weights whatever the export's dtype.
     for (auto& [_, t] : hf.model) t = t.to(torch::kFloat);
-    write_seed_checkpoint(ia->output, hf.model, job);
+    checkpoint::save_model_only_checkpoint(ia->output, hf.model, job);
     spdlog::info("imported {} parameters from {} into {}", hf.model.size(), ia->input, ia->output);
   });
 }

@@ -10,6 +10,9 @@ void add_data_command(CLI::App& app);
 void add_selftest_command(CLI::App& app);
 void add_mesh_selftest(CLI::App& selftest);  // a subcommand of `selftest`
 void add_run_command(CLI::App& app);
+// `ctitan checkpoint ...`: a group; each subcommand registers itself on it (checkpoint.cpp).
+void add_checkpoint_command(CLI::App& app);
+void add_checkpoint_inspect(CLI::App& checkpoint);
 // `checkpoint export|import`; creates the `checkpoint` group if no other command has.
 void add_checkpoint_export_commands(CLI::App& app);
 void add_generate_command(CLI::App& app);

@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
   ctitan::cli::add_data_command(app);
   ctitan::cli::add_selftest_command(app);
   ctitan::cli::add_run_command(app);
+  // The group first: export/import register on the group it created.
+  ctitan::cli::add_checkpoint_command(app);
   ctitan::cli::add_checkpoint_export_commands(app);
   ctitan::cli::add_generate_command(app);
   spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");

@@ -6,6 +6,8 @@
 
 #include "ctitan/checkpoint/hf/hf_config.h"
 #include "ctitan/checkpoint/hf/hf_import.h"
+#include "ctitan/checkpoint/metadata.h"
+#include "ctitan/checkpoint/model_io.h"
 #include "ctitan/common/error.h"
 #include "ctitan/config/config_manager.h"
 #include "ctitan/train/model_builder.h"
@@ -14,19 +16,10 @@ namespace ctitan::cli {
 
 namespace fs = std::filesystem;
 
-// ---------------------------------------------------------------------------------------------
-// INTEGRATION POINT: the only function that decides what a model path is. To accept a DCP step
-// directory, add before the final throw (see docs/HF_EXPORT.md, "Wiring the step directory"):
-//
-//   if (<path is a DCP step dir>) {
-//     auto job = config::load_job_config(config_path, {});
-//     ModelSource source;
-//     source.model = checkpoint::load_full_model_state(path);
-//     source.args = checkpoint::hf::infer_model_args(source.model, train::model_args_from_config(job, nullptr));
-//     source.tokenizer_path = job.model.tokenizer_path;
-//     return source;
-//   }
-// ---------------------------------------------------------------------------------------------
+// The only function that decides what a model path is: an HF export directory, or a checkpoint
+// step directory (DCP layout), whose metadata carries the saving job's config: its [model]
+// section gives the hyperparameters the tensors do not (heads, eps, theta). `config_path`, when
+// given, takes precedence over the stored config.
 ModelSource open_model_source(const std::string& path, const std::string& config_path) {
   if (checkpoint::hf::is_hf_dir(path)) {
     auto hf = checkpoint::hf::import_hf(path);
@@ -38,8 +31,20 @@ ModelSource open_model_source(const std::string& path, const std::string& config
     }
     return source;
   }
+  if (fs::exists(fs::path(path) / checkpoint::kMetadataFile)) {
+    auto job = config_path.empty()
+                   ? config::parse_job_config(checkpoint::read_metadata(path).config_toml,
+                                              (fs::path(path) / checkpoint::kMetadataFile).string())
+                   : config::load_job_config(config_path, {});
+    ModelSource source;
+    source.model = checkpoint::load_full_model_state(path);
+    source.args = checkpoint::hf::infer_model_args(source.model, train::model_args_from_config(job, nullptr));
+    source.tokenizer_path = job.model.tokenizer_path;
+    return source;
+  }
   if (!fs::exists(path)) throw InputError(fmt::format("model path {} does not exist", path));
-  throw InputError(fmt::format("model path {} is not an HF export (config.json + model.safetensors[.index.json])", path));
+  throw InputError(fmt::format("model path {} is neither an HF export (config.json + model.safetensors[.index.json]) "
+                               "nor a checkpoint step directory ({})", path, checkpoint::kMetadataFile));
 }
 
 models::llama::Transformer build_model_from_source(const ModelSource& source) {

@@ -63,6 +63,19 @@ std::vector<Field> config_fields(JobConfig& c) {
 
       {"comm", "init_timeout_seconds", &c.comm.init_timeout_seconds},
       {"comm", "train_timeout_seconds", &c.comm.train_timeout_seconds},
+
+      {"checkpoint", "enable", &c.checkpoint.enable},
+      {"checkpoint", "folder", &c.checkpoint.folder},
+      {"checkpoint", "interval", &c.checkpoint.interval},
+      {"checkpoint", "load_step", &c.checkpoint.load_step},
+      {"checkpoint", "keep_latest_k", &c.checkpoint.keep_latest_k},
+      {"checkpoint", "async_mode", &c.checkpoint.async_mode},
+      {"checkpoint", "last_save_model_only", &c.checkpoint.last_save_model_only},
+      {"checkpoint", "export_dtype", &c.checkpoint.export_dtype},
+      {"checkpoint", "enable_first_step_checkpoint", &c.checkpoint.enable_first_step_checkpoint},
+      {"checkpoint", "create_seed_checkpoint", &c.checkpoint.create_seed_checkpoint},
+      {"checkpoint", "initial_load_path", &c.checkpoint.initial_load_path},
+      {"checkpoint", "initial_load_model_only", &c.checkpoint.initial_load_model_only},
   };
 }
 

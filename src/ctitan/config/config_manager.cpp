@@ -251,6 +251,15 @@ void validate(const JobConfig& c) {
           fmt::format("comm.init_timeout_seconds must be > 0 (got {})", c.comm.init_timeout_seconds));
   require(c.comm.train_timeout_seconds > 0,
           fmt::format("comm.train_timeout_seconds must be > 0 (got {})", c.comm.train_timeout_seconds));
+  const auto& ck = c.checkpoint;
+  require(!ck.folder.empty(), "checkpoint.folder must not be empty");
+  require(ck.interval > 0, fmt::format("checkpoint.interval must be > 0 (got {})", ck.interval));
+  require(ck.load_step >= -1, fmt::format("checkpoint.load_step must be -1 or >= 0 (got {})", ck.load_step));
+  require(ck.keep_latest_k >= 0, fmt::format("checkpoint.keep_latest_k must be >= 0 (got {})", ck.keep_latest_k));
+  require(ck.async_mode == "disabled" || ck.async_mode == "async",
+          fmt::format("checkpoint.async_mode must be disabled or async (got '{}')", ck.async_mode));
+  require(ck.export_dtype == "float32" || ck.export_dtype == "bfloat16" || ck.export_dtype == "float16",
+          fmt::format("checkpoint.export_dtype must be float32, bfloat16 or float16 (got '{}')", ck.export_dtype));
   for (auto [key, v] : {std::pair{"dim", c.model.dim}, {"n_layers", c.model.n_layers},
                         {"n_heads", c.model.n_heads}, {"n_kv_heads", c.model.n_kv_heads},
                         {"vocab_size", c.model.vocab_size}}) {

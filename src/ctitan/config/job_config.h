@@ -93,6 +93,22 @@ struct Comm {
   int64_t train_timeout_seconds = 100;  // every collective after the first step
 };
 
+// Distributed checkpointing (docs/CHECKPOINT_FORMAT.md). Names and defaults as torchtitan's.
+struct Checkpoint {
+  bool enable = false;                   // save checkpoints and resume from the newest valid one
+  std::string folder = "checkpoint";     // under job.dump_folder; holds step-N/ directories
+  int64_t interval = 500;                // save every N steps (and at the last step)
+  int64_t load_step = -1;                // step to resume from; -1 = the newest valid checkpoint
+  int64_t keep_latest_k = 10;            // keep the newest k complete checkpoints; 0 keeps all
+  std::string async_mode = "disabled";   // disabled | async (written by a background thread)
+  bool last_save_model_only = true;      // the save at the last step holds the model only
+  std::string export_dtype = "float32";  // float32 | bfloat16 | float16: dtype of model-only saves
+  bool enable_first_step_checkpoint = false;  // also save after step 1
+  bool create_seed_checkpoint = false;   // write a step-0 model-only checkpoint and exit (1 process)
+  std::string initial_load_path = "";    // a step dir to start from when the folder has none
+  bool initial_load_model_only = true;   // from initial_load_path, load the model only
+};
+
 struct JobConfig {
   Job job;
   Model model;
@@ -104,6 +120,7 @@ struct JobConfig {
   Validation validation;
   Parallelism parallelism;
   Comm comm;
+  Checkpoint checkpoint;
 };
 
 }  // namespace ctitan::config

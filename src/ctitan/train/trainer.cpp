@@ -73,6 +73,15 @@ Trainer::Trainer(config::JobConfig config)
   housekeeper_ = std::make_unique<Housekeeper>(
       HousekeepingOptions{t.housekeeping_freq, config_.debug.check_leaks, 0}, [this] { logger_->flush(); });
 
+  checkpointer_ = std::make_unique<checkpoint::CheckpointManager>(
+      config_, dist_ ? checkpoint::store_coordinator(dist_->store, dist_->env.rank, dist_->env.world_size)
+                     : checkpoint::local_coordinator(),
+      dist_ ? dist_->world : nullptr,
+      checkpoint::RankPlace{dist_ ? dist_->env.rank : 0, dist_ ? dist_->env.world_size : 1, int(dp_rank_),
+                            int(dp_degree_)});
+  auto state = state_dicts();
+  if (checkpointer_->load(state, shard_layouts())) load_state_dicts(state);
+
   auto params = models::llama::count_params(args);
   spdlog::info("model llama3 {}: {:.2f}M params ({:.2f}M non-embedding), dim {} layers {} heads {} kv_heads {} "
                "ffn {} vocab {}", config_.model.flavor, params.total / 1e6, (params.total - params.embedding) / 1e6,
@@ -157,8 +166,10 @@ StepResult Trainer::train_step(const std::vector<data::Batch>& microbatches) {
   optimizer_->zero_grad();
   auto loss = forward_backward(microbatches);
   auto grad_norm = clip_grad_norm(optimizer_->params(), config_.training.max_norm, shard_group_.get());
+  in_optimizer_update_ = true;
   optimizer_->step(lr_scheduler_->current_lr());
   lr_scheduler_->step();
+  in_optimizer_update_ = false;
   int64_t tokens = 0;
   for (const auto& mb : microbatches) tokens += mb.inputs.numel();
   return {loss, grad_norm, tokens};
@@ -199,6 +210,16 @@ torch::Tensor Trainer::forward_backward(const std::vector<data::Batch>& microbat
 }
 
 void Trainer::train() {
+  if (config_.checkpoint.create_seed_checkpoint) return checkpointer_->save_seed(state_dicts());
+  try {
+    train_steps();
+  } catch (const std::exception& e) {
+    checkpointer_->on_exception(step_, in_optimizer_update_, state_dicts(), shard_layouts(), e.what());
+    throw;
+  }
+}
+
+void Trainer::train_steps() {
   const auto& t = config_.training;
   spdlog::info("training steps {} .. {}", step_ + 1, t.steps);
   since_log_ = SinceLastLog{};
@@ -206,6 +227,7 @@ void Trainer::train() {
   since_log_.comm_bytes_at_start = dp_comm_bytes();
   metrics::reset_peak_memory();
   while (step_ < t.steps) {
+    checkpointer_->step_starting(step_, [this] { return state_dicts(); });
     auto data_start = std::chrono::steady_clock::now();
     auto microbatches = next_global_batch();
     double data_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - data_start).count();
@@ -231,7 +253,9 @@ void Trainer::train() {
       if (shard_group_) shard_group_->set_timeout(timeout);
       if (fsdp_ && fsdp_->groups().replicate) fsdp_->groups().replicate->set_timeout(timeout);
     }
+    if (checkpointer_->after_step(step_, last, [this] { return state_dicts(); }, shard_layouts())) break;
   }
+  checkpointer_->finish();
   logger_->flush();
 }
 

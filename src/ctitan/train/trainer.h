@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ctitan/checkpoint/manager.h"
 #include "ctitan/common/state_dict.h"
 #include "ctitan/config/job_config.h"
 #include "ctitan/data/packed_loader.h"
@@ -65,6 +66,7 @@ class Trainer {
   void load_state_dicts(const std::map<std::string, StateDict>& state);
 
  private:
+  void train_steps();  // the step loop of train(), which adds the emergency checkpoint on exceptions
   std::vector<data::Batch> next_global_batch();
   void setup_parallelism();
   // The parameters the optimizer steps on: the model's own, or FSDP's fp32 shards.
@@ -90,6 +92,8 @@ class Trainer {
   std::unique_ptr<data::PackedLoader> dataloader_;
   std::unique_ptr<metrics::MetricsLogger> logger_;
   std::unique_ptr<Housekeeper> housekeeper_;
+  std::unique_ptr<checkpoint::CheckpointManager> checkpointer_;
+  bool in_optimizer_update_ = false;  // an exception here leaves parameters partly updated
   int64_t grad_accum_steps_ = 1;
   double flops_per_token_ = 0;
   double peak_flops_ = 0;

@@ -1,0 +1,20 @@
+#pragma once
+// SIGTERM as a request to stop at the next step boundary, and the test-only fault injections.
+#include <cstdint>
+
+namespace ctitan::checkpoint {
+
+// Installs a SIGTERM handler that only records the signal; the previous handler is restored by
+// uninstall. Only one installation at a time.
+void install_sigterm_handler();
+void uninstall_sigterm_handler();
+bool sigterm_received();
+void clear_sigterm();
+
+// Test-only fault injection, honoured only in launcher round 0 (TORCHELASTIC_RESTART_COUNT unset
+// or 0) and only on rank CTITAN_FAULT_RANK (default 0), after step `step` completed:
+//   CTITAN_FAULT_KILL_AT_STEP=N     raise(SIGKILL): a crash with no chance to save
+//   CTITAN_FAULT_SIGTERM_AT_STEP=N  raise(SIGTERM): as if the scheduler preempted this rank
+void inject_faults_after_step(int64_t step, int rank);
+
+}  // namespace ctitan::checkpoint

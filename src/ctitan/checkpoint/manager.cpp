@@ -1,0 +1,280 @@
+#include "ctitan/checkpoint/manager.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <sstream>
+
+#include "ctitan/checkpoint/fault_signals.h"
+#include "ctitan/checkpoint/metadata.h"
+#include "ctitan/checkpoint/retention.h"
+#include "ctitan/checkpoint/save_plan.h"
+#include "ctitan/checkpoint/sharded_save.h"
+#include "ctitan/common/error.h"
+#include "ctitan/config/config_manager.h"
+#include "ctitan/distributed/communicator.h"
+
+namespace ctitan::checkpoint {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+torch::ScalarType export_dtype(const std::string& name) {
+  if (name == "bfloat16") return torch::kBFloat16;
+  if (name == "float16") return torch::kHalf;
+  return torch::kFloat;
+}
+
+// False for unreadable metadata too: loading it then reports why.
+bool is_model_only(const std::filesystem::path& step_dir) {
+  try {
+    return read_metadata(step_dir).model_only;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+CheckpointManager::CheckpointManager(const config::JobConfig& config, std::shared_ptr<Coordinator> coordinator,
+                                     std::shared_ptr<distributed::Communicator> world, RankPlace place)
+    : config_(config), config_toml_(config::to_toml(config)), coordinator_(std::move(coordinator)),
+      world_(std::move(world)), place_(place),
+      folder_(std::filesystem::path(config.job.dump_folder) / config.checkpoint.folder),
+      async_(config.checkpoint.async_mode == "async") {
+  if (config_.checkpoint.create_seed_checkpoint && place_.world_size != 1) {
+    throw ConfigError(fmt::format("checkpoint.create_seed_checkpoint needs a single process (got {} ranks)",
+                                  place_.world_size));
+  }
+  if (config_.checkpoint.enable) {
+    clear_sigterm();
+    install_sigterm_handler();
+  }
+}
+
+CheckpointManager::~CheckpointManager() {
+  worker_.wait();
+  if (config_.checkpoint.enable) uninstall_sigterm_handler();
+}
+
+std::string CheckpointManager::try_load(const std::filesystem::path& step_dir, PartStates& state,
+                                        const PartLayouts& layouts, bool model_only) {
+  try {
+    CheckpointReader reader(step_dir);
+    const auto& m = reader.metadata();
+    if (m.config_hash != config_hash(config_toml_) && place_.rank == 0) {
+      spdlog::info("checkpoint {} was saved with another config (hash {}, now {})", step_dir.string(),
+                   m.config_hash, config_hash(config_toml_));
+    }
+    std::set<std::string> parts;
+    for (const auto& [part, dict] : state) {
+      if (part == "model" || !(model_only || m.model_only)) parts.insert(part);
+    }
+    load_into(reader, state, layouts, place_, parts);
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+bool CheckpointManager::load(PartStates& state, const PartLayouts& layouts) {
+  const auto& c = config_.checkpoint;
+  if (c.enable) {
+    // Rank 0's listing is the one every rank walks, so all try the same checkpoints in order.
+    std::string listing;
+    for (auto step : list_step_dirs(folder_).complete) listing += std::to_string(step) + " ";
+    std::vector<int64_t> candidates;
+    std::istringstream words(coordinator_->all_gather(listing)[0]);
+    for (int64_t step; words >> step;) candidates.insert(candidates.begin(), step);  // newest first
+    if (c.load_step >= 0) {
+      if (std::find(candidates.begin(), candidates.end(), c.load_step) == candidates.end()) {
+        throw InputError(fmt::format("checkpoint error: checkpoint.load_step {}: {} is not a complete checkpoint",
+                                     c.load_step, (folder_ / step_dir_name(c.load_step)).string()));
+      }
+      candidates = {c.load_step};
+    }
+    std::string first_error;
+    for (auto step : candidates) {
+      auto dir = folder_ / step_dir_name(step);
+      if (step > 0 && c.load_step < 0 && is_model_only(dir)) {
+        if (place_.rank == 0) spdlog::info("skipping {}: a model-only export cannot resume training", dir.string());
+        continue;
+      }
+      auto error = join_rank_errors(coordinator_->all_gather(try_load(dir, state, layouts, false)));
+      if (error.empty()) {
+        spdlog::info("resumed from checkpoint {}", dir.string());
+        return true;
+      }
+      if (first_error.empty()) first_error = error;
+      spdlog::warn("checkpoint {} is unusable, trying the previous one: {}", dir.string(), error);
+    }
+    if (!first_error.empty()) {
+      throw InputError(fmt::format("checkpoint error: no usable checkpoint in {} (newest: {})", folder_.string(),
+                                   first_error));
+    }
+  }
+  if (c.initial_load_path.empty()) return false;
+  auto error = join_rank_errors(
+      coordinator_->all_gather(try_load(c.initial_load_path, state, layouts, c.initial_load_model_only)));
+  if (!error.empty()) throw InputError(fmt::format("checkpoint.initial_load_path: {}", error));
+  spdlog::info("loaded initial checkpoint {}{}", c.initial_load_path, c.initial_load_model_only ? " (model only)" : "");
+  return true;
+}
+
+std::string CheckpointManager::save(int64_t step, PartStates state, const PartLayouts& layouts, bool model_only) {
+  auto start = std::chrono::steady_clock::now();
+  worker_.wait();  // a save first waits for the previous one
+  {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    async_error_.clear();  // finish() reports the newest save's failure only
+  }
+  if (model_only) {
+    StateDict model;
+    for (const auto& [key, t] : state.at("model")) model[key] = t.detach().to(export_dtype(config_.checkpoint.export_dtype));
+    state = {{"model", model}};
+  }
+  SaveRequest request{folder_ / step_dir_name(step), step, model_only, config_toml_, place_.dp_rank, place_.dp_degree};
+  std::vector<LocalSlice> to_write;
+  try {
+    to_write = plan_save(*coordinator_, request, local_slices(state, layouts, place_.rank));
+  } catch (const std::exception& e) {
+    last_blocked_seconds_ = seconds_since(start);
+    return e.what();
+  }
+  const int64_t keep = config_.checkpoint.keep_latest_k;
+  const bool purger = place_.rank == 0;
+  auto purge = [folder = folder_, keep, purger] {
+    if (!purger) return;
+    for (const auto& path : purge_old_checkpoints(folder, keep)) spdlog::info("removed old checkpoint {}", path.string());
+  };
+  if (async_) {
+    // Snapshot at the step boundary: the background thread writes copies while training goes on.
+    // The copies go into staging buffers kept from the previous save (free: we waited for it),
+    // so a save costs a memcpy, not fresh allocations and their page faults.
+    for (auto& s : to_write) {
+      auto& buffer = staging_[slice_identity(s)];
+      if (!buffer.defined() || buffer.sizes() != s.tensor.sizes() || buffer.scalar_type() != s.tensor.scalar_type()) {
+        buffer = torch::empty(s.tensor.sizes(), s.tensor.options().memory_format(torch::MemoryFormat::Contiguous));
+      }
+      buffer.copy_(s.tensor.detach());
+      s.tensor = buffer;
+    }
+    worker_.submit([this, request, to_write = std::move(to_write), purge] {
+      try {
+        execute_save(*coordinator_, request, to_write);
+        spdlog::info("saved checkpoint {} (async)", request.step_dir.string());
+        purge();
+      } catch (const std::exception& e) {
+        spdlog::error("{}", e.what());
+        std::lock_guard<std::mutex> lock(error_mutex_);
+        async_error_ = e.what();
+      }
+    });
+    last_blocked_seconds_ = seconds_since(start);
+    return "";
+  }
+  try {
+    execute_save(*coordinator_, request, to_write);
+  } catch (const std::exception& e) {
+    last_blocked_seconds_ = seconds_since(start);
+    return e.what();
+  }
+  last_blocked_seconds_ = seconds_since(start);
+  spdlog::info("saved checkpoint {} in {:.3f} s", request.step_dir.string(), last_blocked_seconds_);
+  worker_.submit(purge);  // retention runs in the background
+  return "";
+}
+
+void CheckpointManager::save_seed(const PartStates& state) {
+  auto error = save(0, state, {}, true);
+  if (!error.empty()) throw InputError(error);
+  worker_.wait();
+}
+
+void CheckpointManager::step_starting(int64_t done_steps, const std::function<PartStates()>& state) {
+  if (!config_.checkpoint.enable) return;
+  boundary_state_.clear();
+  boundary_step_ = done_steps;
+  for (const auto& [part, dict] : state()) {
+    if (is_per_rank_part(part)) boundary_state_[part] = dict;  // fresh copies from state_dicts()
+  }
+}
+
+bool CheckpointManager::any_rank_stopping() {
+  if (!world_) return sigterm_received();
+  // One tiny collective per step, so that every rank stops after the same step.
+  auto flag = torch::tensor(int64_t(sigterm_received() ? 1 : 0), torch::kLong);
+  world_->all_reduce(flag, distributed::ReduceOp::kMax);
+  return flag.item<int64_t>() != 0;
+}
+
+bool CheckpointManager::save_due(int64_t step, bool last) const {
+  const auto& c = config_.checkpoint;
+  return last || step % c.interval == 0 || (step == 1 && c.enable_first_step_checkpoint);
+}
+
+bool CheckpointManager::after_step(int64_t step, bool last, const std::function<PartStates()>& state,
+                                   const PartLayouts& layouts) {
+  if (!config_.checkpoint.enable) return false;
+  inject_faults_after_step(step, place_.rank);
+  const bool stop = any_rank_stopping();
+  if (stop && place_.rank == 0) spdlog::warn("SIGTERM: saving an emergency checkpoint at step {}, then stopping", step);
+  if (!stop && !save_due(step, last)) return false;
+  const bool model_only = last && !stop && config_.checkpoint.last_save_model_only;
+  auto error = save(step, state(), layouts, model_only);
+  if (!error.empty()) {
+    // The previous checkpoint is intact; training goes on, except after the last step.
+    save_failed_ = last || stop;
+    if (save_failed_) throw InputError(error);
+    spdlog::error("{}", error);
+  }
+  if (stop) finish();
+  return stop;
+}
+
+void CheckpointManager::on_exception(int64_t step, bool optimizer_started, PartStates state,
+                                     const PartLayouts& layouts, const std::string& what) {
+  if (!config_.checkpoint.enable) return;
+  std::string why_not;
+  if (place_.world_size > 1) {
+    why_not = "the other ranks cannot join a collective save from an exception on one rank";
+  } else if (optimizer_started) {
+    why_not = fmt::format("the exception came during the optimizer update of step {}, so the parameters are "
+                          "partly updated", step + 1);
+  } else if (save_failed_) {
+    why_not = "the failure was the checkpoint save itself";
+  } else if (boundary_step_ != step && boundary_step_ + 1 != step) {
+    why_not = "no step had started";
+  }
+  if (!why_not.empty()) {
+    spdlog::error("no emergency checkpoint: {}; resume from the last saved checkpoint in {}", why_not, folder_.string());
+    return;
+  }
+  // Inside a step, parameters and optimizer are still those after `step`; the per-rank parts go
+  // back to the step start, so the batch that failed is read again on resume. After a step
+  // completed (logging, validation), the live state is that of `step` as it is.
+  if (boundary_step_ == step) {
+    for (auto& [part, dict] : boundary_state_) state[part] = dict;
+  }
+  spdlog::error("step {} failed ({}): saving an emergency checkpoint at step {}", step + 1, what, step);
+  auto error = save(step, std::move(state), layouts, false);
+  worker_.wait();
+  if (!error.empty()) spdlog::error("emergency checkpoint failed: {}", error);
+}
+
+void CheckpointManager::finish() {
+  worker_.wait();
+  std::lock_guard<std::mutex> lock(error_mutex_);
+  if (!async_error_.empty()) {
+    auto error = async_error_;
+    async_error_.clear();
+    throw InputError(error);
+  }
+}
+
+}  // namespace ctitan::checkpoint

@@ -1,0 +1,91 @@
+#pragma once
+// CheckpointManager: the [checkpoint] policy around the sharded save and load. The trainer calls
+// load() once at startup, step_starting() and after_step() around every step, and
+// on_exception() when a step throws. See docs/CHECKPOINT_FORMAT.md.
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "ctitan/checkpoint/async_saver.h"
+#include "ctitan/checkpoint/coordinator.h"
+#include "ctitan/checkpoint/state_loader.h"
+#include "ctitan/common/state_dict.h"
+#include "ctitan/config/job_config.h"
+
+namespace ctitan::distributed {
+class Communicator;
+}
+
+namespace ctitan::checkpoint {
+
+using PartStates = std::map<std::string, StateDict>;
+using PartLayouts = std::map<std::string, ShardLayouts>;
+
+class CheckpointManager {
+ public:
+  // `world` (null for one process) decides collectively, once per step, whether any rank got SIGTERM.
+  CheckpointManager(const config::JobConfig& config, std::shared_ptr<Coordinator> coordinator,
+                    std::shared_ptr<distributed::Communicator> world, RankPlace place);
+  ~CheckpointManager();
+
+  // Resumes from checkpoint.load_step or the newest valid checkpoint of the folder, falling back
+  // past corrupt ones with a warning; else from checkpoint.initial_load_path. Fills `state` in
+  // place (per-rank parts are replaced) and returns true if anything was loaded. Throws
+  // InputError when checkpoints exist but none is usable.
+  bool load(PartStates& state, const PartLayouts& layouts);
+
+  // create_seed_checkpoint: writes step-0 with the model only (one process only).
+  void save_seed(const PartStates& state);
+
+  // Before step `done_steps` + 1 fetches its batch: keeps the per-rank parts, so that a step
+  // that throws can still be saved as the state of the step boundary before it.
+  void step_starting(int64_t done_steps, const std::function<PartStates()>& state);
+
+  // After `step` completed: injects test faults, agrees on SIGTERM, saves when due. Returns true
+  // when training must stop now (a rank got SIGTERM; the emergency checkpoint is written).
+  bool after_step(int64_t step, bool last, const std::function<PartStates()>& state, const PartLayouts& layouts);
+
+  // An exception escaped training with `step` steps done. Saves an emergency checkpoint at `step`
+  // when the state is consistent (one process, parameters not partly updated, not itself a
+  // failed save), else logs why not.
+  void on_exception(int64_t step, bool optimizer_started, PartStates state, const PartLayouts& layouts,
+                    const std::string& what);
+
+  // Waits for an async save in flight; throws if the last step's save failed.
+  void finish();
+
+  std::filesystem::path folder() const { return folder_; }
+  // Seconds the training thread was blocked by the last save (waiting for the previous one,
+  // planning, snapshotting, and for a sync save, writing).
+  double last_blocked_seconds() const { return last_blocked_seconds_; }
+
+  // Saves `state` as step `step` now (collective). Returns "" or the one-line error.
+  std::string save(int64_t step, PartStates state, const PartLayouts& layouts, bool model_only);
+
+ private:
+  std::string try_load(const std::filesystem::path& step_dir, PartStates& state, const PartLayouts& layouts,
+                       bool model_only);
+  bool any_rank_stopping();
+  bool save_due(int64_t step, bool last) const;
+
+  config::JobConfig config_;
+  std::string config_toml_;
+  std::shared_ptr<Coordinator> coordinator_;
+  std::shared_ptr<distributed::Communicator> world_;
+  RankPlace place_;
+  std::filesystem::path folder_;
+  bool async_;
+  PartStates boundary_state_;  // per-rank parts at the last step start
+  int64_t boundary_step_ = -1;
+  bool save_failed_ = false;   // the exception in flight is a failed save
+  std::map<std::string, torch::Tensor> staging_;  // async snapshot buffers by slice identity
+  std::mutex error_mutex_;
+  std::string async_error_;    // set by the background thread
+  double last_blocked_seconds_ = 0;
+  BackgroundWorker worker_;    // last: joined before the members its jobs use are destroyed
+};
+
+}  // namespace ctitan::checkpoint

@@ -1,0 +1,80 @@
+#include "ctitan/checkpoint/writer.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "ctitan/checkpoint/checksum.h"
+#include "ctitan/common/error.h"
+
+namespace ctitan::checkpoint {
+namespace {
+
+// Closes and removes a half-written file unless released.
+class OutputFile {
+ public:
+  explicit OutputFile(std::filesystem::path path) : path_(std::move(path)) {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd_ < 0) fail("cannot create");
+  }
+  ~OutputFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(path_.c_str());
+  }
+  void write(const char* data, size_t bytes) {
+    while (bytes > 0) {
+      ssize_t n = ::write(fd_, data, std::min<size_t>(bytes, size_t(1) << 26));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        if (n == 0) errno = ENOSPC;
+        fail("writing");
+      }
+      data += n;
+      bytes -= size_t(n);
+    }
+  }
+  void commit() {
+    if (::fsync(fd_) != 0) fail("fsync");
+    int rc = ::close(fd_);
+    fd_ = -1;
+    if (rc != 0) fail("closing");
+    committed_ = true;
+  }
+
+ private:
+  [[noreturn]] void fail(const char* what) {
+    throw InputError(fmt::format("checkpoint error: {} {}: {}", what, path_.string(), std::strerror(errno)));
+  }
+  std::filesystem::path path_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+std::string rank_file_name(int rank) { return fmt::format("rank-{:05d}.bin", rank); }
+
+std::vector<SliceEntry> write_rank_file(const std::filesystem::path& step_dir, int rank,
+                                        const std::vector<LocalSlice>& slices) {
+  const std::string file = rank_file_name(rank);
+  OutputFile out(step_dir / file);
+  std::vector<SliceEntry> entries;
+  int64_t offset = 0;
+  for (const auto& s : slices) {
+    auto t = s.tensor.detach().cpu().contiguous();
+    const auto nbytes = int64_t(t.nbytes());
+    const char* bytes = static_cast<const char*>(t.data_ptr());
+    out.write(bytes, size_t(nbytes));
+    entries.push_back({s.part, s.key, s.rank, dtype_name(t.scalar_type()), s.global_shape, t.sizes().vec(),
+                       s.row_offset, file, offset, nbytes, crc32(bytes, size_t(nbytes))});
+    offset += nbytes;
+  }
+  out.commit();
+  return entries;
+}
+
+}  // namespace ctitan::checkpoint

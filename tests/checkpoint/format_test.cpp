@@ -1,0 +1,124 @@
+// The on-disk format's guarantees: checksums catch truncation, bit flips and missing files, each
+// error naming the file; metadata is the commit point; retention never removes the newest.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "ctitan/checkpoint/coordinator.h"
+#include "ctitan/checkpoint/metadata.h"
+#include "ctitan/checkpoint/model_io.h"
+#include "ctitan/checkpoint/reader.h"
+#include "ctitan/checkpoint/retention.h"
+#include "ctitan/checkpoint/sharded_save.h"
+#include "ctitan/common/error.h"
+#include "support/test_support.h"
+
+namespace ctitan::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::map<std::string, StateDict> sample_state() {
+  torch::manual_seed(3);
+  return {{"model", {{"a", torch::randn({64, 8})}, {"b", torch::randn({8}).to(torch::kBFloat16)}}},
+          {"train_state", {{"step", torch::tensor(int64_t(5))}}},
+          {"dataloader", {{"buffer", torch::arange(10, torch::kInt)}}}};
+}
+
+fs::path save_sample(const fs::path& folder, int64_t step) {
+  auto dir = folder / step_dir_name(step);
+  auto c = local_coordinator();
+  save(*c, {dir, step, false, "cfg", 0, 1}, local_slices(sample_state(), {}, 0));
+  return dir;
+}
+
+std::string load_error(const fs::path& dir) {
+  try {
+    CheckpointReader(dir).verify_all();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CheckpointFormat, RoundTripsEveryDtypeBitwise) {
+  testing::TempDir dir;
+  auto step = save_sample(dir.path(), 5);
+  EXPECT_TRUE(fs::exists(step / kMetadataFile));
+  EXPECT_FALSE(fs::exists(step / "metadata.json.tmp"));
+  CheckpointReader reader(step);
+  auto state = sample_state();
+  for (const auto& [part, dict] : state) {
+    for (const auto& [key, t] : dict) {
+      auto back = reader.read_whole(part, key, part == "dataloader" ? 0 : -1);
+      EXPECT_EQ(back.scalar_type(), t.scalar_type()) << key;
+      EXPECT_TRUE(torch::equal(back, t)) << key;
+    }
+  }
+  EXPECT_EQ(reader.metadata().step, 5);
+  EXPECT_EQ(reader.metadata().config_hash, config_hash("cfg"));
+}
+
+TEST(CheckpointFormat, BitFlipTruncationAndMissingFilesAreDetectedNamingTheFile) {
+  testing::TempDir dir;
+  auto step = save_sample(dir.path(), 1);
+  auto file = step / "rank-00000.bin";
+  ASSERT_EQ(load_error(step), "");
+
+  std::string bytes = testing::read_file(file);
+  std::string flipped = bytes;
+  flipped[100] = char(flipped[100] ^ 0x01);  // one bit inside model/a
+  testing::write_file(file, flipped);
+  auto error = load_error(step);
+  EXPECT_NE(error.find("checksum mismatch"), std::string::npos) << error;
+  EXPECT_NE(error.find(file.string()), std::string::npos) << error;
+
+  testing::write_file(file, bytes.substr(0, bytes.size() - 3));
+  error = load_error(step);
+  EXPECT_NE(error.find("truncated"), std::string::npos) << error;
+  EXPECT_NE(error.find(file.string()), std::string::npos) << error;
+
+  fs::remove(file);
+  error = load_error(step);
+  EXPECT_NE(error.find("cannot open"), std::string::npos) << error;
+  EXPECT_NE(error.find(file.string()), std::string::npos) << error;
+
+  fs::remove(step / kMetadataFile);
+  error = load_error(step);
+  EXPECT_NE(error.find("not a complete checkpoint"), std::string::npos) << error;
+}
+
+TEST(CheckpointFormat, KeepLatestKNeverRemovesTheNewestComplete) {
+  testing::TempDir dir;
+  for (int64_t s : {10, 20, 30, 40}) save_sample(dir.path(), s);
+  fs::create_directories(dir.path() / "step-25");  // a crashed save: no metadata
+  fs::create_directories(dir.path() / "step-50");  // a save in progress
+  purge_old_checkpoints(dir.path(), 2);
+  auto left = list_step_dirs(dir.path());
+  EXPECT_EQ(left.complete, (std::vector<int64_t>{30, 40}));
+  EXPECT_EQ(left.incomplete, (std::vector<int64_t>{50}));
+  purge_old_checkpoints(dir.path(), 0);  // 0 keeps all
+  EXPECT_EQ(list_step_dirs(dir.path()).complete.size(), 2u);
+  purge_old_checkpoints(dir.path(), 1);
+  EXPECT_EQ(list_step_dirs(dir.path()).complete, (std::vector<int64_t>{40}));
+}
+
+TEST(CheckpointFormat, ModelIoRoundTripsAModelOnlyCheckpoint) {
+  testing::TempDir dir;
+  StateDict model = {{"tok_embeddings.weight", torch::randn({32, 4})}, {"norm.weight", torch::ones({4})}};
+  save_model_only_checkpoint(dir.path() / "step-0", model, config::JobConfig{});
+  auto back = load_full_model_state(dir.path() / "step-0");
+  ASSERT_EQ(back.size(), model.size());
+  for (const auto& [key, t] : model) EXPECT_TRUE(torch::equal(back.at(key), t)) << key;
+  EXPECT_TRUE(CheckpointReader(dir.path() / "step-0").metadata().model_only);
+}
+
+TEST(CheckpointFormat, StepDirNames) {
+  EXPECT_EQ(parse_step_dir_name("step-120").value_or(-1), 120);
+  EXPECT_FALSE(parse_step_dir_name("step-").has_value());
+  EXPECT_FALSE(parse_step_dir_name("step-1x").has_value());
+  EXPECT_FALSE(parse_step_dir_name("steps-1").has_value());
+}
+
+}  // namespace
+}  // namespace ctitan::checkpoint
