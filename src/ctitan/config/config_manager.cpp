@@ -229,6 +229,8 @@ void validate(const JobConfig& c) {
             fmt::format("{} must be auto, text, jsonl or tokens (got '{}')", key, ds));
   }
   require(c.metrics.log_freq > 0, fmt::format("metrics.log_freq must be > 0 (got {})", c.metrics.log_freq));
+  require(c.profiling.profile_freq > 0,
+          fmt::format("profiling.profile_freq must be > 0 (got {})", c.profiling.profile_freq));
   require(c.metrics.peak_flops >= 0,
           fmt::format("metrics.peak_flops must be >= 0 (got {})", c.metrics.peak_flops));
   require(c.validation.freq > 0, fmt::format("validation.freq must be > 0 (got {})", c.validation.freq));

@@ -9,6 +9,7 @@
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/metrics/memory_tracker.h"
 #include "ctitan/metrics/peak_flops.h"
+#include "ctitan/metrics/profiler.h"
 #include "ctitan/models/llama/flops.h"
 #include "ctitan/train/autocast.h"
 #include "ctitan/train/grad_clip.h"
@@ -176,7 +177,10 @@ void Trainer::train() {
     auto microbatches = next_global_batch();
     double data_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - data_start).count();
 
+    auto trace = metrics::maybe_trace_step(config_.profiling, config_.job.dump_folder, dist_ ? dist_->env.rank : 0,
+                                           step_ + 1);
     auto result = train_step(microbatches);
+    trace.reset();  // writes the trace; a traced step is slower than the others
     microbatches.clear();
     ++step_;
     ntokens_seen_ += result.tokens;
