@@ -20,9 +20,9 @@ using torch::autograd::variable_list;
 // fused softmax reads it back from cache, yet the matmuls should stay large enough to be
 // efficient.
 int64_t query_block(int64_t bh, int64_t t) {
-  constexpr int64_t kTileBytes = 4 << 20;
+  constexpr int64_t kTileBytes = 16 << 20;
   int64_t bq = kTileBytes / std::max<int64_t>(1, bh * t * 4);
-  bq = std::clamp<int64_t>(bq / 16 * 16, 32, 256);
+  bq = std::clamp<int64_t>(bq / 16 * 16, 64, 512);
   return std::min(bq, t);
 }
 
