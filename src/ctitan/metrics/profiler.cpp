@@ -41,6 +41,16 @@ std::unique_ptr<StepTrace> maybe_trace_step(const config::Profiling& profiling, 
 
 namespace {
 
+// "...torch::autograd::CppNode<ctitan::ops::(anonymous namespace)::CausalAttention>" (a custom
+// Function's backward) -> "...CausalAttention (backward)".
+std::string short_name(const std::string& name) {
+  const std::string node = "torch::autograd::CppNode<";
+  auto at = name.find(node);
+  if (at == std::string::npos || name.back() != '>') return name;
+  auto inner = name.substr(at + node.size(), name.size() - at - node.size() - 1);
+  return name.substr(0, at) + inner.substr(inner.rfind("::") + 2) + " (backward)";
+}
+
 struct Span {
   double start, end;
   std::string name;
@@ -57,7 +67,7 @@ std::string summarize_trace(const std::string& trace_path) {
   for (const auto& e : json) {
     if (e.value("ph", "") != "X") continue;
     double ts = e.value("ts", 0.0), dur = e.value("dur", 0.0);
-    by_thread[e.value("tid", int64_t(0))].push_back({ts, ts + dur, e.value("name", "?")});
+    by_thread[e.value("tid", int64_t(0))].push_back({ts, ts + dur, short_name(e.value("name", "?"))});
   }
   std::map<std::string, std::pair<int64_t, double>> self;  // name -> (calls, self us)
   double total = 0;

@@ -1,6 +1,7 @@
 #include "ctitan/ops/cross_entropy.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 
 #include <cmath>
 #include <limits>
@@ -84,6 +85,7 @@ class CrossEntropySum : public torch::autograd::Function<CrossEntropySum> {
 torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& labels, int64_t ignore_index) {
   TORCH_CHECK(logits.dim() == 2 && labels.dim() == 1 && labels.size(0) == logits.size(0),
               "cross_entropy_sum: logits must be (N, V) and labels (N)");
+  RECORD_FUNCTION("ctitan::cross_entropy_sum", std::vector<c10::IValue>());  // names the forward in profiles
   if (!fused_enabled("cross_entropy")) return cross_entropy_sum_reference(logits, labels, ignore_index);
   // Autocast has nothing to do here: the math is fp32 whatever the storage dtype.
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCPU);

@@ -1,6 +1,7 @@
 #include "ctitan/ops/rms_norm.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 
 #include <cmath>
 
@@ -104,6 +105,7 @@ class RMSNormFn : public torch::autograd::Function<RMSNormFn> {
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   TORCH_CHECK(weight.dim() == 1 && x.size(-1) == weight.size(0), "rms_norm: weight must be (dim) with x (..., dim)");
+  RECORD_FUNCTION("ctitan::rms_norm", std::vector<c10::IValue>());  // names the forward in profiles
   if (!fused_enabled("rms_norm")) return rms_norm_reference(x, weight, eps);
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCPU);
   return RMSNormFn::apply(x, weight, eps);

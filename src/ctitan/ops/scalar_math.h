@@ -6,6 +6,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -38,11 +39,13 @@ inline c10::BFloat16 from_float<c10::BFloat16>(float x) {
   return c10::BFloat16(uint16_t(bits >> 16), c10::BFloat16::from_bits());
 }
 
-// e^x to about 2 ulp for x in [-87, 88] (Cephes' polynomial); below that it returns ~0 rather
-// than a denormal, which no softmax or sigmoid here can tell apart.
+// e^x to about 2 ulp for x in [-87, 88] (Cephes' polynomial); below that it returns ~1e-38
+// rather than a denormal or 0, above it ~1.7e38, which no softmax or sigmoid here can tell apart.
+// The range is clamped on the integer exponent: a float clamp of x (a compare and select) stops
+// GCC from vectorizing loops around this without -ffast-math.
 inline float fast_exp(float x) {
-  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+  // n = round(x / ln2) by the 1.5 * 2^23 trick: floorf does not vectorize without -ffast-math.
+  float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = x - n * 0.693359375f + n * 2.12194440e-4f;  // x - n*ln2, ln2 split for exactness
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -51,7 +54,8 @@ inline float fast_exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  return p * bits_to_float(uint32_t(int32_t(n) + 127) << 23);
+  int32_t e = std::min(std::max(int32_t(n), -126), 127);
+  return p * bits_to_float(uint32_t(e + 127) << 23);
 }
 
 // Calls f(T{}) with T the storage type of `dtype`: float or c10::BFloat16, the two dtypes the
