@@ -48,6 +48,10 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"metrics", "peak_flops", &c.metrics.peak_flops},
       {"metrics", "enable_jsonl", &c.metrics.enable_jsonl},
 
+      {"profiling", "enable_profiling", &c.profiling.enable_profiling},
+      {"profiling", "profile_freq", &c.profiling.profile_freq},
+      {"profiling", "save_traces_folder", &c.profiling.save_traces_folder},
+
       {"validation", "enable", &c.validation.enable},
       {"validation", "freq", &c.validation.freq},
       {"validation", "steps", &c.validation.steps},

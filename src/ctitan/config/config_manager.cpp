@@ -235,6 +235,8 @@ void validate(const JobConfig& c) {
   require(sync == "every_microbatch" || sync == "last_microbatch",
           fmt::format("parallelism.fsdp_gradient_sync must be every_microbatch or last_microbatch (got '{}')", sync));
   require(c.metrics.log_freq > 0, fmt::format("metrics.log_freq must be > 0 (got {})", c.metrics.log_freq));
+  require(c.profiling.profile_freq > 0,
+          fmt::format("profiling.profile_freq must be > 0 (got {})", c.profiling.profile_freq));
   require(c.metrics.peak_flops >= 0,
           fmt::format("metrics.peak_flops must be >= 0 (got {})", c.metrics.peak_flops));
   require(c.validation.freq > 0, fmt::format("validation.freq must be > 0 (got {})", c.validation.freq));

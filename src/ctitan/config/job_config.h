@@ -66,6 +66,12 @@ struct Metrics {
   bool enable_jsonl = true;    // write {dump_folder}/metrics.jsonl
 };
 
+struct Profiling {
+  bool enable_profiling = false;                     // record an op-level trace of some steps
+  int64_t profile_freq = 10;                         // trace every N-th step (steps N, 2N, ...)
+  std::string save_traces_folder = "profile_traces";  // under job.dump_folder
+};
+
 struct Validation {
   bool enable = false;              // run a validation loop
   int64_t freq = 500;               // every N training steps (and the last step)
@@ -117,6 +123,7 @@ struct JobConfig {
   Training training;
   Debug debug;
   Metrics metrics;
+  Profiling profiling;
   Validation validation;
   Parallelism parallelism;
   Comm comm;

@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#include "ctitan/ops/adamw_update.h"
+#include "ctitan/ops/fusion_switch.h"
+
 namespace ctitan::train {
 
 AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> named_params, AdamWOptions options)
@@ -15,17 +18,17 @@ AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> named_params, Ad
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
   const auto& o = options_;
+  static const bool fused = ops::fused_enabled("adamw");
   for (auto& s : states_) {
     const auto& grad = s.param.grad();
     if (!grad.defined()) continue;
     ++s.step;
-    s.param.mul_(1.0 - lr * o.weight_decay);
-    s.exp_avg.lerp_(grad, 1.0 - o.beta1);
-    s.exp_avg_sq.mul_(o.beta2).addcmul_(grad, grad, 1.0 - o.beta2);
-    double bias_correction1 = 1.0 - std::pow(o.beta1, double(s.step));
-    double bias_correction2 = 1.0 - std::pow(o.beta2, double(s.step));
-    auto denom = (s.exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(o.eps);
-    s.param.addcdiv_(s.exp_avg, denom, -lr / bias_correction1);
+    ops::AdamWStep hyper{lr, o.beta1, o.beta2, o.eps, o.weight_decay, s.step};
+    if (fused && s.param.is_contiguous() && s.param.scalar_type() == torch::kFloat && s.param.is_cpu()) {
+      ops::adamw_update(s.param, grad, s.exp_avg, s.exp_avg_sq, hyper);
+    } else {
+      ops::adamw_update_reference(s.param, grad, s.exp_avg, s.exp_avg_sq, hyper);
+    }
   }
 }
 

@@ -9,8 +9,8 @@ class Communicator;
 
 namespace ctitan::train {
 
-// Global L2 norm of all gradients, as a 0-d fp32 tensor: it stays a tensor so that the step
-// never waits on a host sync; the trainer reads it as a number only at log steps.
+// Global L2 norm of all gradients, as a 0-d fp32 tensor (the sum of squares is accumulated in
+// fp64 on the host by ops::sum_of_squares).
 // With `shard_group`, the gradients are this rank's shards (FSDP): the local sums of squares
 // are added over the group before the square root, giving the norm of the whole gradient.
 torch::Tensor grad_l2_norm(const std::vector<torch::Tensor>& params,

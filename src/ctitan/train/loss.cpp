@@ -1,12 +1,12 @@
 #include "ctitan/train/loss.h"
 
+#include "ctitan/ops/cross_entropy.h"
+
 namespace ctitan::train {
 
 torch::Tensor summed_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels) {
   auto vocab = logits.size(-1);
-  return torch::nn::functional::cross_entropy(
-      logits.reshape({-1, vocab}).to(torch::kFloat), labels.reshape({-1}),
-      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoreIndex));
+  return ops::cross_entropy_sum(logits.reshape({-1, vocab}), labels.reshape({-1}), kIgnoreIndex);
 }
 
 torch::Tensor count_valid_tokens(const torch::Tensor& labels) { return (labels != kIgnoreIndex).sum(); }

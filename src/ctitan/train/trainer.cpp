@@ -9,6 +9,7 @@
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/metrics/memory_tracker.h"
 #include "ctitan/metrics/peak_flops.h"
+#include "ctitan/metrics/profiler.h"
 #include "ctitan/models/llama/flops.h"
 #include "ctitan/parallel/parallelize_llama.h"
 #include "ctitan/train/autocast.h"
@@ -232,7 +233,10 @@ void Trainer::train_steps() {
     auto microbatches = next_global_batch();
     double data_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - data_start).count();
 
+    auto trace = metrics::maybe_trace_step(config_.profiling, config_.job.dump_folder, dist_ ? dist_->env.rank : 0,
+                                           step_ + 1);
     auto result = train_step(microbatches);
+    trace.reset();  // writes the trace; a traced step is slower than the others
     microbatches.clear();
     ++step_;
     ntokens_seen_ += result.tokens;

@@ -1,6 +1,9 @@
 #include "ctitan/models/llama/model.h"
 
-#include <limits>
+#include "ctitan/ops/attention.h"
+#include "ctitan/ops/rms_norm.h"
+#include "ctitan/ops/rope.h"
+#include "ctitan/ops/swiglu.h"
 
 namespace ctitan::models::llama {
 namespace {
@@ -29,10 +32,8 @@ void RMSNormImpl::reset_parameters() {
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  // Normalise in fp32 whatever the compute dtype: the mean of squares loses too much in bf16.
-  auto xf = x.to(torch::kFloat);
-  auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return normed.to(x.scalar_type()) * weight.to(x.scalar_type());
+  // Normalises in fp32 whatever the compute dtype: the mean of squares loses too much in bf16.
+  return ops::rms_norm(x, weight, eps_);
 }
 
 RopeTables make_rope_tables(const ModelArgs& args, torch::Device device) {
@@ -45,17 +46,7 @@ RopeTables make_rope_tables(const ModelArgs& args, torch::Device device) {
   return {angles.cos(), angles.sin()};
 }
 
-torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope) {
-  auto B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3);
-  // (B, T, H, D/2, 2): adjacent pairs are the (real, imag) parts of one complex number.
-  auto pairs = x.to(torch::kFloat).view({B, T, H, D / 2, 2});
-  auto re = pairs.select(-1, 0), im = pairs.select(-1, 1);
-  // (1, T, 1, D/2) broadcast over batch and heads.
-  auto cos = rope.cos.slice(0, 0, T).view({1, T, 1, D / 2});
-  auto sin = rope.sin.slice(0, 0, T).view({1, T, 1, D / 2});
-  auto rotated = torch::stack({re * cos - im * sin, re * sin + im * cos}, -1);
-  return rotated.view({B, T, H, D}).to(x.scalar_type());
-}
+torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope) { return ops::rope(x, rope.cos, rope.sin); }
 
 AttentionImpl::AttentionImpl(const ModelArgs& args)
     : n_heads_(args.n_heads), n_kv_heads_(args.kv_heads()), head_dim_(args.head_dim()) {
@@ -73,18 +64,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
   auto v = wv(x).view({B, T, n_kv_heads_, head_dim_});
   k = repeat_kv(k, n_heads_ / n_kv_heads_);
   v = repeat_kv(v, n_heads_ / n_kv_heads_);
-  // (B, T, H, D) -> (B, H, T, D): attention runs per head.
-  q = q.transpose(1, 2);
-  k = k.transpose(1, 2);
-  v = v.transpose(1, 2);
-  // (B, H, T, T) scores, causal: position t attends to positions <= t.
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(head_dim_)));
-  auto mask = torch::full({T, T}, -std::numeric_limits<float>::infinity(),
-                          scores.options().dtype(torch::kFloat)).triu(1);
-  auto probs = torch::softmax(scores.to(torch::kFloat) + mask, -1).to(q.scalar_type());
-  // (B, H, T, D) -> (B, T, H*D)
-  auto out = torch::matmul(probs, v).transpose(1, 2).reshape({B, T, n_heads_ * head_dim_});
-  return wo(out);
+  // Causal: position t attends to positions <= t. (B, T, H*D)
+  return wo(ops::causal_attention(q, k, v));
 }
 
 FeedForwardImpl::FeedForwardImpl(const ModelArgs& args) {
@@ -95,7 +76,7 @@ FeedForwardImpl::FeedForwardImpl(const ModelArgs& args) {
 }
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
-  return w2(torch::silu(w1(x)) * w3(x));
+  return w2(ops::swiglu(w1(x), w3(x)));
 }
 
 TransformerBlockImpl::TransformerBlockImpl(int64_t id, const ModelArgs& args) : layer_id(id) {

@@ -1,0 +1,102 @@
+#include "ctitan/ops/cross_entropy.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/record_function.h>
+
+#include <cmath>
+#include <limits>
+
+#include "ctitan/ops/fusion_switch.h"
+#include "ctitan/ops/scalar_math.h"
+
+namespace ctitan::ops {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Row log-sum-exp over one pass for the max and one for the sum; a row (V values) stays in cache.
+template <typename T>
+float row_logsumexp(const T* x, int64_t V) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < V; ++j) m = std::max(m, to_float(x[j]));
+  float sum = 0;
+  for (int64_t j = 0; j < V; ++j) sum += fast_exp(to_float(x[j]) - m);
+  return m + std::log(sum);
+}
+
+class CrossEntropySum : public torch::autograd::Function<CrossEntropySum> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits_in, const torch::Tensor& labels_in,
+                               int64_t ignore_index) {
+    auto logits = logits_in.contiguous();
+    auto labels = labels_in.to(torch::kLong).contiguous();
+    int64_t N = logits.size(0), V = logits.size(1);
+    auto lse = torch::empty({N}, logits.options().dtype(torch::kFloat));  // (N,)
+    auto row_loss = torch::zeros({N}, lse.options());                     // (N,)
+    const int64_t* y = labels.data_ptr<int64_t>();
+    dispatch_float_or_bf16(logits.scalar_type(), "cross_entropy_sum", [&](auto tag) {
+      using T = decltype(tag);
+      const T* x = logits.data_ptr<T>();
+      float *l = lse.data_ptr<float>(), *loss = row_loss.data_ptr<float>();
+      at::parallel_for(0, N, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          l[i] = row_logsumexp(x + i * V, V);
+          if (y[i] == ignore_index) continue;
+          TORCH_CHECK(y[i] >= 0 && y[i] < V, "cross_entropy_sum: label ", y[i], " outside [0, ", V, ")");
+          loss[i] = l[i] - to_float(x[i * V + y[i]]);
+        }
+      });
+    });
+    ctx->save_for_backward({logits, labels, lse});
+    ctx->saved_data["ignore_index"] = ignore_index;
+    return row_loss.to(torch::kDouble).sum().to(torch::kFloat);  // summed in double: N can be large
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto &logits = saved[0], &labels = saved[1], &lse = saved[2];
+    int64_t ignore_index = ctx->saved_data["ignore_index"].toInt();
+    int64_t N = logits.size(0), V = logits.size(1);
+    float g = grads[0].item<float>();
+    auto dlogits = torch::empty_like(logits);  // (N, V) in the logits' dtype
+    const int64_t* y = labels.data_ptr<int64_t>();
+    const float* l = lse.data_ptr<float>();
+    dispatch_float_or_bf16(logits.scalar_type(), "cross_entropy_sum", [&](auto tag) {
+      using T = decltype(tag);
+      const T* x = logits.data_ptr<T>();
+      T* dx = dlogits.data_ptr<T>();
+      at::parallel_for(0, N, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const T* xr = x + i * V;
+          T* dr = dx + i * V;
+          float gi = y[i] == ignore_index ? 0.0f : g;
+          for (int64_t j = 0; j < V; ++j) dr[j] = from_float<T>(gi * fast_exp(to_float(xr[j]) - l[i]));
+          if (y[i] != ignore_index) dr[y[i]] = from_float<T>(gi * (fast_exp(to_float(xr[y[i]]) - l[i]) - 1.0f));
+        }
+      });
+    });
+    return {dlogits, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& labels, int64_t ignore_index) {
+  TORCH_CHECK(logits.dim() == 2 && labels.dim() == 1 && labels.size(0) == logits.size(0),
+              "cross_entropy_sum: logits must be (N, V) and labels (N)");
+  RECORD_FUNCTION("ctitan::cross_entropy_sum", std::vector<c10::IValue>());  // names the forward in profiles
+  if (!fused_enabled("cross_entropy")) return cross_entropy_sum_reference(logits, labels, ignore_index);
+  // Autocast has nothing to do here: the math is fp32 whatever the storage dtype.
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCPU);
+  return CrossEntropySum::apply(logits, labels, ignore_index);
+}
+
+torch::Tensor cross_entropy_sum_reference(const torch::Tensor& logits, const torch::Tensor& labels,
+                                          int64_t ignore_index) {
+  return torch::nn::functional::cross_entropy(
+      logits.to(torch::kFloat), labels,
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(ignore_index));
+}
+
+}  // namespace ctitan::ops

@@ -1,0 +1,56 @@
+#include "ctitan/ops/attention.h"
+
+#include <ATen/autocast_mode.h>
+
+#include "ops/op_check.h"
+
+namespace ctitan::ops {
+namespace {
+
+using testing::expect_op_matches;
+
+std::vector<torch::Tensor> qkv(int64_t B, int64_t T, int64_t H, int64_t D, torch::ScalarType dtype) {
+  return {torch::randn({B, T, H, D}).to(dtype), torch::randn({B, T, H, D}).to(dtype),
+          torch::randn({B, T, H, D}).to(dtype)};
+}
+
+torch::Tensor fused(const std::vector<torch::Tensor>& x) { return causal_attention(x[0], x[1], x[2]); }
+torch::Tensor reference(const std::vector<torch::Tensor>& x) { return causal_attention_reference(x[0], x[1], x[2]); }
+
+// fp32: the same sums in a different order (blocked, fp32 softmax), so agreement to ~1e-6 of the
+// scale; 1e-5 leaves room for exp's 2-ulp polynomial.
+TEST(CausalAttention, MatchesReferenceFp32) {
+  torch::manual_seed(0);
+  expect_op_matches(fused, reference, qkv(2, 37, 3, 16, torch::kFloat), 1e-5);
+}
+
+// T = 1100 with one head gives three query blocks (512, 512, 76), the last one partial: block edges and the
+// causal skipping of later keys are exercised.
+TEST(CausalAttention, MatchesReferenceFp32AcrossQueryBlocks) {
+  torch::manual_seed(1);
+  expect_op_matches(fused, reference, qkv(1, 1100, 1, 8, torch::kFloat), 1e-5);
+}
+
+// bf16: both sides round scores and probabilities to bf16 (8 significant bits, 2^-8 = 0.4%), but
+// at different points (the reference also rounds the scaled scores and the fp32 gradient
+// chain), so several roundings separate them: 3% of the scale.
+TEST(CausalAttention, MatchesReferenceBf16) {
+  torch::manual_seed(2);
+  expect_op_matches(fused, reference, qkv(2, 300, 2, 32, torch::kBFloat16), 3e-2);
+}
+
+// Under autocast with fp32 inputs the op must still compute in fp32 (autocast is a no-op for it).
+TEST(CausalAttention, IgnoresAutocastForFp32Inputs) {
+  torch::manual_seed(3);
+  auto x = qkv(1, 50, 2, 16, torch::kFloat);
+  auto expected = causal_attention_reference(x[0], x[1], x[2]);
+  at::autocast::set_cpu_enabled(true);
+  at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  auto got = causal_attention(x[0], x[1], x[2]);
+  at::autocast::set_cpu_enabled(false);
+  EXPECT_EQ(got.scalar_type(), torch::kFloat);
+  testing::expect_close(got, expected, 1e-5, "output under autocast");
+}
+
+}  // namespace
+}  // namespace ctitan::ops
