@@ -69,3 +69,27 @@ def scaling(name, ctitan, tmp, parallel_args, steps, global_batch, seq_len, dtyp
     # metrics.jsonl reports rank 0's tokens/s; both ranks run equal shares.
     parallel_tps = 2 * sum(r["tps"] for r in rows) / len(rows)
     return single_tps, parallel_tps, rows[-1]
+
+
+def scaling_main(name, label, parallel_args, default_dtype, target=None):
+    """The command line of a scaling benchmark: parses the options, runs scaling(), prints the table."""
+    import argparse
+    import tempfile
+    parser = argparse.ArgumentParser(description=f"{label} 2 ranks x 1 thread against 1 process x 2 threads")
+    parser.add_argument("--ctitan", default="build/bin/ctitan")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--dtype", default=default_dtype)
+    parser.add_argument("--global-batch", type=int, default=8)
+    parser.add_argument("--seq-len", type=int, default=256)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        single_tps, parallel_tps, last = scaling(name, args.ctitan, tmp, parallel_args, args.steps,
+                                                 args.global_batch, args.seq_len, args.dtype)
+    print(f"{name}: debugmodel seq {args.seq_len}, global batch {args.global_batch}, {args.dtype}, "
+          f"{args.steps} steps (first 5 excluded)")
+    print(f"  1 process x 2 threads    : {single_tps:9.0f} tok/s")
+    print(f"  {label:4s} 2 ranks x 1 thread: {parallel_tps:9.0f} tok/s global "
+          f"(exposed comm {100 * last.get('comm_exposed_ratio', 0):.1f}% of the step, "
+          f"{last.get('comm_bytes_per_step', 0) / 2**20:.1f} MiB per step per rank)")
+    goal = f" (target >= {target:.2f})" if target else ""
+    print(f"  ratio                    : {parallel_tps / single_tps:9.2f}x{goal}")
