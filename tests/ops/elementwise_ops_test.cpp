@@ -1,4 +1,6 @@
 // RMSNorm, RoPE and SwiGLU against their tensor-op references, forward and backward.
+#include <ATen/autocast_mode.h>
+
 #include "ctitan/ops/rms_norm.h"
 #include "ctitan/ops/rope.h"
 #include "ctitan/ops/swiglu.h"
@@ -26,6 +28,26 @@ TEST(FusedRMSNorm, MatchesReferenceFp32) { check_rms_norm(torch::kFloat, torch::
 TEST(FusedRMSNorm, MatchesReferenceBf16) { check_rms_norm(torch::kBFloat16, torch::kBFloat16, kBf16Tol); }
 TEST(FusedRMSNorm, MatchesReferenceBf16InputFp32Weight) {
   check_rms_norm(torch::kBFloat16, torch::kFloat, kBf16Tol);
+}
+
+// Under bf16 autocast an fp32 x gives a bf16 output: exactly the reference's fp32 result rounded
+// once, which is what the next Linear's autocast cast would have made of it. The gradients stay in
+// their inputs' dtypes and match the reference's within bf16 rounding of the upstream gradient.
+TEST(FusedRMSNorm, WritesAutocastDtypeForFp32Input) {
+  torch::manual_seed(0);
+  std::vector<torch::Tensor> in = {(2 * torch::randn({3, 50, 96})), (1 + torch::randn({96}))};
+  auto upstream = torch::randn({3, 50, 96}).to(torch::kBFloat16);
+  at::autocast::set_cpu_enabled(true);
+  at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  auto fused = testing::run_op([](const auto& x) { return rms_norm(x[0], x[1], 1e-5); }, in, upstream);
+  at::autocast::set_cpu_enabled(false);
+  auto reference = testing::run_op([](const auto& x) { return rms_norm_reference(x[0], x[1], 1e-5); }, in,
+                                   upstream.to(torch::kFloat));
+  EXPECT_EQ(fused.out.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(fused.out, reference.out.to(torch::kBFloat16)));
+  EXPECT_EQ(fused.grads[0].scalar_type(), torch::kFloat);
+  testing::expect_close(fused.grads[0], reference.grads[0], kFp32Tol, "grad of x");
+  testing::expect_close(fused.grads[1], reference.grads[1], kFp32Tol, "grad of weight");
 }
 
 void check_rope(torch::ScalarType dtype, double tol) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ctitan/ops/fusion_switch.h"
+#include "ctitan/ops/lanes.h"
 #include "ctitan/ops/scalar_math.h"
 
 namespace ctitan::ops {
@@ -38,15 +39,11 @@ void softmax_tile(const T* s, T* p, float* lse, int64_t rows_per_head, int64_t n
       const T* srow = s + row * L;
       T* prow = p + row * L;
       int64_t valid = q0 + row % rows_per_head + 1;  // causal: keys 0..q
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < valid; ++j) m = std::max(m, to_float(srow[j]) * scale);
-      float sum = 0;
-      for (int64_t j = 0; j < valid; ++j) {
-        e[j] = fast_exp(to_float(srow[j]) * scale - m);
-        sum += e[j];
-      }
+      float m = scale * lane_max(valid, [&](int64_t j) { return to_float(srow[j]); });  // scale > 0
+      float* er = e.data();
+      float sum = lane_sum(valid, [&](int64_t j) { return er[j] = fast_exp(to_float(srow[j]) * scale - m); });
       float inv = 1.0f / sum;
-      for (int64_t j = 0; j < valid; ++j) prow[j] = from_float<T>(e[j] * inv);
+      for (int64_t j = 0; j < valid; ++j) prow[j] = from_float<T>(er[j] * inv);
       for (int64_t j = valid; j < L; ++j) prow[j] = from_float<T>(0.0f);
       lse[row] = m + std::log(sum);
     }

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "ctitan/ops/fusion_switch.h"
+#include "ctitan/ops/lanes.h"
 #include "ctitan/ops/scalar_math.h"
 
 namespace ctitan::ops {
@@ -18,11 +19,8 @@ using torch::autograd::variable_list;
 // Row log-sum-exp over one pass for the max and one for the sum; a row (V values) stays in cache.
 template <typename T>
 float row_logsumexp(const T* x, int64_t V) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < V; ++j) m = std::max(m, to_float(x[j]));
-  float sum = 0;
-  for (int64_t j = 0; j < V; ++j) sum += fast_exp(to_float(x[j]) - m);
-  return m + std::log(sum);
+  float m = lane_max(V, [&](int64_t j) { return to_float(x[j]); });
+  return m + std::log(lane_sum(V, [&](int64_t j) { return fast_exp(to_float(x[j]) - m); }));
 }
 
 class CrossEntropySum : public torch::autograd::Function<CrossEntropySum> {

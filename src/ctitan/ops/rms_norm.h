@@ -7,8 +7,9 @@
 namespace ctitan::ops {
 
 // x: (..., dim) fp32 or bf16; weight: (dim) fp32 or bf16. Returns
-// (x * rsqrt(mean(x^2) + eps)).to(x.dtype) * weight.to(x.dtype), in x's dtype; each gradient in
-// its input's dtype.
+// (x * rsqrt(mean(x^2) + eps)).to(x.dtype) * weight.to(x.dtype), in x's dtype, or in autocast's
+// dtype when autocast is on and x is fp32 (the same product, rounded once); each gradient in its
+// input's dtype.
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
 // The tensor-op formulation (the model's original one): the reference the tests compare to.
