@@ -1,6 +1,7 @@
 #include "ctitan/metrics/memory_tracker.h"
 
 #include <c10/core/CPUAllocator.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -66,6 +67,12 @@ bool memory_tracker_installed() { return g_installed.load(); }
 MemoryStats memory_stats() { return {g_active.load(), g_peak.load(), g_allocs.load()}; }
 
 void reset_peak_memory() { g_peak.store(g_active.load()); }
+
+int64_t minor_page_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return int64_t(usage.ru_minflt);
+}
 
 int64_t resident_set_bytes() {
   std::ifstream statm("/proc/self/statm");

@@ -21,4 +21,8 @@ void reset_peak_memory();
 // Resident set size of this process, from /proc/self/statm.
 int64_t resident_set_bytes();
 
+// Minor page faults of this process since it started (getrusage). Each one is the kernel mapping
+// and zeroing a fresh page: memory returned to the OS and touched again costs one per 4 KiB.
+int64_t minor_page_faults();
+
 }  // namespace ctitan::metrics

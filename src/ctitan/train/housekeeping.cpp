@@ -3,12 +3,23 @@
 #include <fmt/format.h>
 #include <malloc.h>
 
+#include <limits>
+
 #include "ctitan/metrics/memory_tracker.h"
 
 namespace ctitan::train {
 
+void retain_freed_memory_between_housekeeping() {
+#ifdef __GLIBC__
+  mallopt(M_MMAP_MAX, 0);  // large blocks come from the heap, where freed ones can be reused
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());  // no automatic trim of the heap top
+#endif
+}
+
 Housekeeper::Housekeeper(HousekeepingOptions options, std::function<void()> flush_logs)
-    : options_(options), flush_logs_(std::move(flush_logs)) {}
+    : options_(options), flush_logs_(std::move(flush_logs)) {
+  retain_freed_memory_between_housekeeping();
+}
 
 bool Housekeeper::maybe_run(int64_t step) {
   if (!due(step)) return false;

@@ -19,9 +19,18 @@ struct HousekeepingOptions {
   int64_t leak_tolerance_bytes = 0;
 };
 
+// Makes housekeeping the only point where freed heap memory goes back to the OS. By default glibc
+// serves every request above 32 MiB (logits, their gradient, the embedding gradient) with a fresh
+// mmap and trims the heap top whenever it frees enough, so each step maps and zeroes the same
+// memory again: page faults inside the step, at moments that differ between ranks. After this,
+// memory freed in a step is reused by the next one, and Housekeeper::maybe_run's malloc_trim
+// returns it at the synchronized boundary. glibc only; elsewhere it does nothing.
+void retain_freed_memory_between_housekeeping();
+
 class Housekeeper {
  public:
-  // `flush_logs` is called on every run; may be empty.
+  // `flush_logs` is called on every run; may be empty. Applies
+  // retain_freed_memory_between_housekeeping().
   Housekeeper(HousekeepingOptions options, std::function<void()> flush_logs);
 
   bool due(int64_t step) const { return step % options_.freq == 0; }
