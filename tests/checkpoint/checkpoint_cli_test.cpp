@@ -87,9 +87,9 @@ void expect_resume_bitwise(const std::string& dtype) {
   auto resumed = train(dir.path(), {"--training.mixed_precision_param", dtype});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from checkpoint"), std::string::npos) << resumed.output;
-  auto after = metrics(dir.path());
-  EXPECT_EQ(after.begin()->first, 11);
-  expect_bitwise(after, reference, 11, 20);
+  EXPECT_EQ(testing::first_logged_step(resumed.output), 11);
+  // Rows 1-10 are the first run's, kept in metrics.jsonl; 11-20 the resumed run's.
+  expect_bitwise(metrics(dir.path()), reference, 1, 20);
 }
 
 TEST(CliCheckpoint, ResumeIsBitwiseFp32) { expect_resume_bitwise("float32"); }
@@ -114,7 +114,7 @@ void expect_reshard_resume(const Args& save_layout, const Args& load_layout) {
   auto r = run(reference.path(), load_layout);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto resumed = metrics(saved.path()), expected = metrics(reference.path());
-  ASSERT_EQ(resumed.begin()->first, 11);
+  ASSERT_EQ(testing::first_logged_step(b.output), 11);
   for (int64_t s = 11; s <= 20; ++s) {
     EXPECT_NEAR(resumed[s].first, expected[s].first, 1e-4 * expected[s].first) << "step " << s;
   }
@@ -140,6 +140,15 @@ TEST(CliCheckpoint, KillAndRestartThroughTheLauncherMatchesAnUninterruptedRun) {
   EXPECT_NE(f.output.find("raises SIGKILL after step 13"), std::string::npos) << f.output;
   EXPECT_NE(f.output.find("resumed from checkpoint"), std::string::npos) << f.output;
   expect_bitwise(metrics(faulty.path()), metrics(reference.path()), 11, 20);
+  // metrics.jsonl keeps round 0's steps 1-10 and holds each step once: the rows of steps 11-13
+  // that round 0 logged before the kill were replaced by the restarted round's.
+  expect_bitwise(metrics(faulty.path()), metrics(reference.path()), 1, 20);
+  std::map<int64_t, int> rows_per_step;
+  for (const auto& row : testing::read_jsonl((faulty.path() / "metrics.jsonl").string())) {
+    if (row.contains("loss")) ++rows_per_step[row["step"].get<int64_t>()];
+  }
+  EXPECT_EQ(rows_per_step.size(), 20u);
+  for (const auto& [step, n] : rows_per_step) EXPECT_EQ(n, 1) << "rows for step " << step;
 }
 
 // SIGTERM on rank 1 only, after step 7: both ranks agree to stop after step 7, save it, exit 0.
@@ -173,7 +182,7 @@ TEST(CliCheckpoint, CorruptCheckpointFallsBackToThePreviousOne) {
   EXPECT_NE(r.output.find("checksum mismatch"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(bad.string()), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("resumed from checkpoint " + step_dir(dir.path(), 10).string()), std::string::npos) << r.output;
-  EXPECT_EQ(metrics(dir.path()).begin()->first, 11);
+  EXPECT_EQ(testing::first_logged_step(r.output), 11);
 
   // Nothing usable left: one clear line, exit 1.
   for (int64_t s : {5, 10, 15}) fs::resize_file(step_dir(dir.path(), s) / "rank-00000.bin", 100);

@@ -40,19 +40,24 @@ const Layout kFsdp4{"FSDP(4)", 4, degrees(1, 4, 3)};
 const Layout kHsdp{"HSDP(2x2)", 4, degrees(2, 2, 3)};
 const Layout kDdp2{"DDP(2)", 2, degrees(2, 1, 6)};
 
-// step -> loss of one run (metrics.jsonl starts afresh with each run).
-std::map<int64_t, double> run(const std::filesystem::path& dir, const Layout& layout, int64_t steps) {
+struct RunLosses {
+  std::map<int64_t, double> losses;  // step -> loss, every row of metrics.jsonl (earlier runs' too)
+  int64_t first_step = -1;           // the first step this run trained
+};
+
+RunLosses run(const std::filesystem::path& dir, const Layout& layout, int64_t steps) {
   Args head = {"train"};
   if (layout.nproc > 1) head = {"run", "--nproc-per-node", std::to_string(layout.nproc), "--master-port", "0", "train"};
   auto r = testing::run_ctitan(
       concat(concat(head, testing::tiny_job_args(dir)),
              concat(concat(kJob, layout.args), {"--training.steps", std::to_string(steps)})), 240);
   EXPECT_EQ(r.exit_code, 0) << layout.name << "\n" << r.output;
-  std::map<int64_t, double> losses;
+  RunLosses out;
   for (const auto& row : testing::read_jsonl((dir / "metrics.jsonl").string())) {
-    if (row.contains("loss")) losses[row["step"].get<int64_t>()] = row["loss"].get<double>();
+    if (row.contains("loss")) out.losses[row["step"].get<int64_t>()] = row["loss"].get<double>();
   }
-  return losses;
+  out.first_step = testing::first_logged_step(r.output);
+  return out;
 }
 
 // Each layout in `chain` trains 4 more steps from the previous one's checkpoint. Layouts differ
@@ -62,14 +67,15 @@ std::map<int64_t, double> run(const std::filesystem::path& dir, const Layout& la
 void expect_chain_matches_one_run(const std::vector<Layout>& chain) {
   const int64_t steps = 4 * int64_t(chain.size());
   testing::TempDir reference_dir, chain_dir;
-  auto reference = run(reference_dir.path(), kOne, steps);
+  auto reference = run(reference_dir.path(), kOne, steps).losses;
   ASSERT_EQ(reference.size(), size_t(steps));
   double worst = 0;
   for (size_t i = 0; i < chain.size(); ++i) {
-    auto losses = run(chain_dir.path(), chain[i], 4 * int64_t(i + 1));
-    ASSERT_EQ(losses.size(), 4u) << chain[i].name;
-    ASSERT_EQ(losses.begin()->first, 4 * int64_t(i) + 1) << chain[i].name << " did not resume";
-    for (const auto& [step, loss] : losses) {
+    auto result = run(chain_dir.path(), chain[i], 4 * int64_t(i + 1));
+    ASSERT_EQ(result.first_step, 4 * int64_t(i) + 1) << chain[i].name << " did not resume";
+    ASSERT_EQ(result.losses.size(), 4 * (i + 1)) << chain[i].name;  // earlier layouts' rows are kept
+    for (int64_t step = 4 * int64_t(i) + 1; step <= 4 * int64_t(i + 1); ++step) {
+      double loss = result.losses.at(step);
       EXPECT_NEAR(loss, reference[step], 1e-4 * reference[step]) << chain[i].name << " step " << step;
       worst = std::max(worst, std::abs(loss - reference[step]) / reference[step]);
     }

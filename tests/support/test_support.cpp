@@ -8,6 +8,7 @@
 #include <chrono>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -53,6 +54,12 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   std::istringstream in(read_file(path));
   for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
   return rows;
+}
+
+int64_t first_logged_step(const std::string& output) {
+  static const std::regex step_line(R"((^|[^e] )step: +([0-9]+) +loss:)");  // not "validate step:"
+  std::smatch m;
+  return std::regex_search(output, m, step_line) ? std::stoll(m[2].str()) : -1;
 }
 
 std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {

@@ -29,6 +29,10 @@ std::string generated_corpus(int n_docs, int words_per_doc, unsigned seed = 1);
 // One JSON object per line, as metrics.jsonl.
 std::vector<nlohmann::json> read_jsonl(const std::string& path);
 
+// The first training step a run logged on its console ("step:    11  loss: ..."), or -1: where a
+// resumed run started, now that metrics.jsonl also keeps the rows of the run it resumed.
+int64_t first_logged_step(const std::string& output);
+
 // a followed by b: builds command lines from shared pieces.
 std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b);
 

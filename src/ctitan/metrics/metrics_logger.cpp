@@ -5,11 +5,37 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "ctitan/common/error.h"
 
 namespace ctitan::metrics {
+
+void prepare_metrics_file(const std::string& path, int64_t resumed_step) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (resumed_step <= 0 || !fs::exists(path, ec)) {
+    fs::remove(path, ec);
+    return;
+  }
+  std::ifstream in(path);
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::trunc);
+  if (!in || !out) throw InputError(fmt::format("cannot rewrite metrics file {} for the resumed run", path));
+  std::string line;
+  while (std::getline(in, line)) {
+    auto row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (row.is_object() && row.contains("step") && row["step"].is_number_integer() &&
+        row["step"].get<int64_t>() <= resumed_step) {
+      out << line << '\n';
+    }
+  }
+  out.close();
+  if (!out) throw InputError(fmt::format("cannot rewrite metrics file {} for the resumed run", path));
+  fs::rename(tmp, path, ec);
+  if (ec) throw InputError(fmt::format("cannot replace metrics file {}: {}", path, ec.message()));
+}
 
 MetricsLogger::MetricsLogger(const std::string& jsonl_path) {
   if (jsonl_path.empty()) return;
@@ -39,6 +65,7 @@ void MetricsLogger::log(const StepMetrics& m) {
       {"memory_peak_bytes", m.memory_peak_bytes},
       {"memory_rss_bytes", m.memory_rss_bytes},
       {"memory_alloc_count", m.memory_alloc_count},
+      {"memory_page_faults_per_step", m.memory_page_faults_per_step},
       {"time_step_s", m.time_step_s},
       {"time_data_s", m.time_data_s},
       {"time_step_max_s", m.time_step_max_s},

@@ -20,6 +20,7 @@ struct StepMetrics {
   int64_t memory_peak_bytes = 0;
   int64_t memory_rss_bytes = 0;
   int64_t memory_alloc_count = 0;  // allocations since the last log
+  double memory_page_faults_per_step = 0;  // minor page faults per step since the last log
   double time_step_s = 0;  // mean wall time of one step since the last log
   double time_data_s = 0;  // mean part of it spent waiting for data
   double time_step_max_s = 0;  // the slowest rank's mean step time: stragglers show here
@@ -31,6 +32,13 @@ struct StepMetrics {
   int64_t memory_grads_bytes = 0;
   int64_t memory_optimizer_bytes = 0;
 };
+
+// Makes `path` ready for a run that starts after step `resumed_step` (0: a fresh run). A fresh run
+// starts an empty file. A resumed run keeps the rows of the steps it resumes after and drops the
+// later ones, which it trains and logs again (a crash between a checkpoint and the next one leaves
+// such rows behind); an unparsable row, such as a line torn by the crash, is dropped too. The file
+// is rewritten through a temporary and a rename, so a failure here loses nothing.
+void prepare_metrics_file(const std::string& path, int64_t resumed_step);
 
 class MetricsLogger {
  public:

@@ -64,16 +64,6 @@ Trainer::Trainer(config::JobConfig config)
   auto peak = metrics::resolve_peak_flops(config_.metrics.peak_flops, bf16_ ? torch::kBFloat16 : torch::kFloat);
   peak_flops_ = peak.flops;
 
-  std::string jsonl;
-  if (config_.metrics.enable_jsonl && (!dist_ || dist_->env.rank == 0)) {
-    jsonl = (std::filesystem::path(config_.job.dump_folder) / "metrics.jsonl").string();
-    std::error_code ec;
-    std::filesystem::remove(jsonl, ec);  // a fresh run starts a fresh file
-  }
-  logger_ = std::make_unique<metrics::MetricsLogger>(jsonl);
-  housekeeper_ = std::make_unique<Housekeeper>(
-      HousekeepingOptions{t.housekeeping_freq, config_.debug.check_leaks, 0}, [this] { logger_->flush(); });
-
   checkpointer_ = std::make_unique<checkpoint::CheckpointManager>(
       config_, dist_ ? checkpoint::store_coordinator(dist_->store, dist_->env.rank, dist_->env.world_size)
                      : checkpoint::local_coordinator(),
@@ -82,6 +72,15 @@ Trainer::Trainer(config::JobConfig config)
                             int(dp_degree_)});
   auto state = state_dicts();
   if (checkpointer_->load(state, shard_layouts())) load_state_dicts(state);
+
+  std::string jsonl;
+  if (config_.metrics.enable_jsonl && (!dist_ || dist_->env.rank == 0)) {
+    jsonl = (std::filesystem::path(config_.job.dump_folder) / "metrics.jsonl").string();
+    metrics::prepare_metrics_file(jsonl, step_);  // after the load: step_ is where this run resumes
+  }
+  logger_ = std::make_unique<metrics::MetricsLogger>(jsonl);
+  housekeeper_ = std::make_unique<Housekeeper>(
+      HousekeepingOptions{t.housekeeping_freq, config_.debug.check_leaks, 0}, [this] { logger_->flush(); });
 
   auto params = models::llama::count_params(args);
   spdlog::info("model llama3 {}: {:.2f}M params ({:.2f}M non-embedding), dim {} layers {} heads {} kv_heads {} "
@@ -225,6 +224,7 @@ void Trainer::train_steps() {
   spdlog::info("training steps {} .. {}", step_ + 1, t.steps);
   since_log_ = SinceLastLog{};
   since_log_.allocs_at_start = metrics::memory_stats().alloc_count;
+  since_log_.page_faults_at_start = metrics::minor_page_faults();
   since_log_.comm_bytes_at_start = dp_comm_bytes();
   metrics::reset_peak_memory();
   while (step_ < t.steps) {
@@ -288,6 +288,8 @@ void Trainer::log_metrics(const StepResult& result) {
   m.memory_peak_bytes = memory.peak_bytes;
   m.memory_rss_bytes = metrics::resident_set_bytes();
   m.memory_alloc_count = memory.alloc_count - since_log_.allocs_at_start;
+  const int64_t page_faults = metrics::minor_page_faults();
+  m.memory_page_faults_per_step = double(page_faults - since_log_.page_faults_at_start) / double(since_log_.steps);
   m.time_step_s = seconds / double(since_log_.steps);
   m.time_data_s = since_log_.data_seconds / double(since_log_.steps);
   const int64_t comm_bytes = dp_comm_bytes();
@@ -303,6 +305,7 @@ void Trainer::log_metrics(const StepResult& result) {
   metrics::reset_peak_memory();
   since_log_ = SinceLastLog{};
   since_log_.allocs_at_start = memory.alloc_count;
+  since_log_.page_faults_at_start = page_faults;
   since_log_.comm_bytes_at_start = comm_bytes;
 }
 

@@ -105,7 +105,7 @@ class Trainer {
   // Accumulated between log steps as plain numbers only.
   struct SinceLastLog {
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-    int64_t steps = 0, tokens = 0, allocs_at_start = 0;
+    int64_t steps = 0, tokens = 0, allocs_at_start = 0, page_faults_at_start = 0;
     double data_seconds = 0;
     double comm_seconds = 0;  // blocked in collectives on the training thread
     int64_t comm_bytes_at_start = 0;
