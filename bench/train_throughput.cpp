@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
 
 #include "ctitan/common/threads.h"
 #include "ctitan/config/config_manager.h"
@@ -80,6 +82,24 @@ double pytorch_tps(const Row& row, int warmup, int steps) {
   return json.is_object() ? json.value("tps", 0.0) : 0.0;
 }
 
+// The figures only compare within one machine: say which one. Whether bf16 GEMMs have AMX tiles
+// decides how much of a step is GEMM, and so how much the fused kernels can matter.
+std::string cpu_description() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line, model = "unknown", flags;
+  while (std::getline(cpuinfo, line)) {
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    auto key = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1);
+    if (key == "model name" && model == "unknown") model = line.substr(colon + 2);
+    if (key == "flags" && flags.empty()) flags = " " + line.substr(colon + 1) + " ";
+  }
+  const char* bf16 = flags.find(" amx_bf16 ") != std::string::npos      ? "AMX bf16 tiles"
+                     : flags.find(" avx512_bf16 ") != std::string::npos ? "AVX512-BF16, no AMX"
+                                                                         : "no bf16 instructions";
+  return fmt::format("{}, {} cores online, {}", model, std::thread::hardware_concurrency(), bf16);
+}
+
 }  // namespace
 
 int main() {
@@ -91,11 +111,12 @@ int main() {
                            {"134M_s512_b4_bf16", "134M", 512, 4, true}};
   std::string only = std::getenv("BENCH_ROWS") ? std::getenv("BENCH_ROWS") : "";
 
-  double peak_bf16 = ctitan::metrics::measure_gemm_flops(torch::kBFloat16);
-  double peak_fp32 = ctitan::metrics::measure_gemm_flops(torch::kFloat);
+  double peak_bf16 = ctitan::metrics::peak_gemm_flops(torch::kBFloat16);
+  double peak_fp32 = ctitan::metrics::peak_gemm_flops(torch::kFloat);
   fmt::print("train_throughput: {} threads, {} timed steps after {} warm-up\n", threads, steps, warmup);
-  fmt::print("GEMM peak (2048^3, measured now): bf16 {:.3f} TFLOP/s, fp32 {:.3f} TFLOP/s\n\n", peak_bf16 / 1e12,
-             peak_fp32 / 1e12);
+  fmt::print("CPU: {}\n", cpu_description());
+  fmt::print("GEMM peak (best of 2048^3, 3072^3, measured now): bf16 {:.3f} TFLOP/s, fp32 {:.3f} TFLOP/s\n\n",
+             peak_bf16 / 1e12, peak_fp32 / 1e12);
   fmt::print("{:<22} {:>12} {:>12} {:>8} {:>10} {:>10}\n", "row", "ctitan tok/s", "eager tok/s", "ratio",
              "MFU(bf16)", "MFU(fp32)");
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -22,6 +23,10 @@ double measure_gemm_flops(torch::ScalarType dtype, int64_t n, int iters) {
   return 2.0 * double(n) * double(n) * double(n) * iters / seconds;
 }
 
+double peak_gemm_flops(torch::ScalarType dtype) {
+  return std::max(measure_gemm_flops(dtype, 2048, 6), measure_gemm_flops(dtype, 3072, 3));
+}
+
 static fs::path cache_file() {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");
@@ -31,7 +36,8 @@ static fs::path cache_file() {
 
 PeakFlops resolve_peak_flops(double configured, torch::ScalarType dtype) {
   if (configured > 0) return {configured, "metrics.peak_flops"};
-  std::string key = fmt::format("{}_threads{}", c10::toString(dtype), at::get_num_threads());
+  // "best2048_3072": entries cached by the older 2048-only probe are not reused.
+  std::string key = fmt::format("{}_threads{}_best2048_3072", c10::toString(dtype), at::get_num_threads());
   auto path = cache_file();
   nlohmann::json cache = nlohmann::json::object();
   if (std::ifstream in(path); in) {
@@ -41,7 +47,7 @@ PeakFlops resolve_peak_flops(double configured, torch::ScalarType dtype) {
   if (cache.contains(key) && cache[key].is_number() && cache[key].get<double>() > 0) {
     return {cache[key].get<double>(), fmt::format("{} GEMM probe, cached in {}", c10::toString(dtype), path.string())};
   }
-  double flops = measure_gemm_flops(dtype);
+  double flops = peak_gemm_flops(dtype);
   cache[key] = flops;
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
