@@ -22,6 +22,7 @@ test: build
 
 bench: build
 	cd $(BUILD_DIR) && bin/train_throughput
+	cd $(BUILD_DIR) && bin/kernel_bench
 	cd $(BUILD_DIR) && bin/checkpoint_bench
 	/usr/bin/python3 bench/ddp_scaling.py --ctitan $(BUILD_DIR)/bin/ctitan
 	/usr/bin/python3 bench/fsdp_scaling.py --ctitan $(BUILD_DIR)/bin/ctitan

@@ -1,0 +1,98 @@
+// `make bench`: each fused kernel in src/ctitan/ops against its tensor-op reference (the
+// formulation the fused version replaced), timed in the same run at the 134M row's shapes
+// (seq 512, batch 4, dim 768, 12 heads, ffn 2048, vocab 32000), bf16 activations.
+// Forward alone, and forward + backward with a fixed upstream gradient. The heap keeps freed
+// blocks (as in training, see train/housekeeping.h), so page faults do not blur the comparison.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <functional>
+
+#include "ctitan/common/threads.h"
+#include "ctitan/ops/attention.h"
+#include "ctitan/ops/cross_entropy.h"
+#include "ctitan/ops/rms_norm.h"
+#include "ctitan/ops/rope.h"
+#include "ctitan/ops/swiglu.h"
+#include "ctitan/train/housekeeping.h"
+
+namespace {
+
+using Inputs = std::vector<torch::Tensor>;
+using Op = std::function<torch::Tensor(const Inputs&)>;
+
+// Mean milliseconds of `iters` calls after one warm-up call.
+double time_ms(const std::function<void()>& f, int iters = 5) {
+  f();
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) f();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / iters;
+}
+
+struct Timing {
+  double forward_ms, step_ms;  // step: forward + backward
+};
+
+Timing time_op(const Op& op, const Inputs& inputs) {
+  Inputs leaves;
+  for (const auto& x : inputs) leaves.push_back(x.is_floating_point() ? x.detach().requires_grad_() : x);
+  double forward = time_ms([&] {
+    torch::NoGradGuard no_grad;
+    op(leaves);
+  });
+  double step = time_ms([&] {
+    for (auto& leaf : leaves) {
+      if (leaf.requires_grad()) leaf.mutable_grad() = torch::Tensor();
+    }
+    auto out = op(leaves);
+    out.backward(torch::ones_like(out));
+  });
+  return {forward, step};
+}
+
+void row(const std::string& name, const Op& fused, const Op& reference, const Inputs& inputs) {
+  auto f = time_op(fused, inputs), r = time_op(reference, inputs);
+  fmt::print("{:<34} {:>9.2f} {:>9.2f} {:>11.2f} {:>11.2f} {:>8.2f}x\n", name, f.forward_ms, r.forward_ms, f.step_ms,
+             r.step_ms, r.step_ms / f.step_ms);
+  std::fflush(stdout);
+}
+
+torch::Tensor bf16_randn(std::vector<int64_t> shape, double scale = 1.0) {
+  return (scale * torch::randn(shape)).to(torch::kBFloat16);
+}
+
+}  // namespace
+
+int main() {
+  int threads = ctitan::configure_threads();
+  ctitan::train::retain_freed_memory_between_housekeeping();
+  torch::manual_seed(0);
+  fmt::print("kernel_bench: {} threads, 134M row shapes, bf16; ms per call (mean of 5 after a warm-up)\n", threads);
+  fmt::print("{:<34} {:>9} {:>9} {:>11} {:>11} {:>9}\n", "kernel", "fused fwd", "ref fwd", "fused f+b", "ref f+b",
+             "ref/fused");
+
+  // (B*T, ffn) gate and up projections.
+  row("swiglu (2048, 2048)", [](const Inputs& x) { return ctitan::ops::swiglu(x[0], x[1]); },
+      [](const Inputs& x) { return ctitan::ops::swiglu_reference(x[0], x[1]); },
+      {bf16_randn({2048, 2048}, 3.0), bf16_randn({2048, 2048})});
+  // (B, T, dim) activations with an fp32 weight, as the model's norms.
+  row("rms_norm (4, 512, 768)", [](const Inputs& x) { return ctitan::ops::rms_norm(x[0], x[1], 1e-5); },
+      [](const Inputs& x) { return ctitan::ops::rms_norm_reference(x[0], x[1], 1e-5); },
+      {bf16_randn({4, 512, 768}), 1 + torch::randn({768})});
+  // (B, T, H, D) queries with the (T, D/2) angle tables.
+  auto angles = torch::outer(torch::arange(512, torch::kFloat), torch::rand({32}));
+  auto cos = angles.cos(), sin = angles.sin();
+  row("rope (4, 512, 12, 64)", [&](const Inputs& x) { return ctitan::ops::rope(x[0], cos, sin); },
+      [&](const Inputs& x) { return ctitan::ops::rope_reference(x[0], cos, sin); }, {bf16_randn({4, 512, 12, 64})});
+  row("causal_attention (4, 512, 12, 64)",
+      [](const Inputs& x) { return ctitan::ops::causal_attention(x[0], x[1], x[2]); },
+      [](const Inputs& x) { return ctitan::ops::causal_attention_reference(x[0], x[1], x[2]); },
+      {bf16_randn({4, 512, 12, 64}), bf16_randn({4, 512, 12, 64}), bf16_randn({4, 512, 12, 64})});
+  // (B*T, vocab) logits; the loss is a sum, as the trainer's.
+  auto labels = torch::randint(0, 32000, {2048});
+  row("cross_entropy_sum (2048, 32000)",
+      [&](const Inputs& x) { return ctitan::ops::cross_entropy_sum(x[0], labels, -100); },
+      [&](const Inputs& x) { return ctitan::ops::cross_entropy_sum_reference(x[0], labels, -100); },
+      {bf16_randn({2048, 32000}, 2.0)});
+  return 0;
+}
