@@ -29,18 +29,24 @@ TEST(Housekeeping, FreedMemoryReturnsToTheOsOnlyAtHousekeeping) {
   models::llama::Transformer model(args);
   auto tokens = torch::randint(0, args.vocab_size, {8, 256});
   faults_for_a_step(model, tokens);
-  ASSERT_GT(faults_for_a_step(model, tokens), kPagesOf64MiB) << "expected fresh pages without the policy";
+  const int64_t default_faults = faults_for_a_step(model, tokens);
+  ASSERT_GT(default_faults, kPagesOf64MiB) << "expected fresh pages without the policy";
 
   Housekeeper h({/*freq=*/10, /*check_leaks=*/false, 0}, {});
-  for (int i = 0; i < 3; ++i) faults_for_a_step(model, tokens);  // the heap grows to the step's needs
-  // Nine steps together fault less than one 64 MiB block: the heap still grows now and then while
-  // its free space fragments (seen: one step of 9216 faults), never step after step.
+  for (int i = 0; i < 5; ++i) faults_for_a_step(model, tokens);  // the heap grows to the step's needs
+  // Most steps now fault nothing. The heap still grows now and then while its free space
+  // fragments, by an amount that depends on the machine (seen: "0 0 0 0 0 0 0 0 4737" idle,
+  // "0 9216 0 0 0 1408 0 0 0" beside other tests, 33920 in all on a CI machine), so the bound is
+  // on the total: nine steps fault less than three default steps.
   int64_t faults = 0;
+  std::string per_step;
   for (int step = 1; step <= 9; ++step) {
-    faults += faults_for_a_step(model, tokens);
+    int64_t f = faults_for_a_step(model, tokens);
+    faults += f;
+    per_step += std::to_string(f) + " ";
     EXPECT_FALSE(h.maybe_run(step));
   }
-  EXPECT_LT(faults, kPagesOf64MiB);
+  EXPECT_LT(faults, 3 * default_faults) << "faults per step: " << per_step << "; one default step: " << default_faults;
   EXPECT_TRUE(h.maybe_run(10));
   EXPECT_GT(faults_for_a_step(model, tokens), kPagesOf64MiB) << "malloc_trim should have returned the memory";
 }
