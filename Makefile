@@ -4,11 +4,16 @@ JOBS ?= 2
 
 .PHONY: deps build demo test test-all bench clean
 
+# Debian packages, then the venv with the pinned torch (libtorch) and Python reference libraries.
 deps:
 	@scripts/install_deps.sh
+	@scripts/setup_venv.sh > /dev/null
 
+# CTITAN_PYTHON locates libtorch (torch.utils.cmake_prefix_path); a libtorch named with
+# CMAKE_PREFIX_PATH=/path/to/libtorch on the make line takes precedence.
 build: deps
-	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release > /dev/null
+	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release \
+	  -DCTITAN_PYTHON=$$(scripts/setup_venv.sh)/bin/python $(if $(CMAKE_PREFIX_PATH),-DCMAKE_PREFIX_PATH=$(CMAKE_PREFIX_PATH)) > /dev/null
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
 # FSDP over 2 local ranks (data_parallel_shard_degree = -1 takes every rank), as torchtitan's
@@ -24,9 +29,9 @@ bench: build
 	cd $(BUILD_DIR) && bin/train_throughput
 	cd $(BUILD_DIR) && bin/kernel_bench
 	cd $(BUILD_DIR) && bin/checkpoint_bench
-	/usr/bin/python3 bench/ddp_scaling.py --ctitan $(BUILD_DIR)/bin/ctitan
-	/usr/bin/python3 bench/fsdp_scaling.py --ctitan $(BUILD_DIR)/bin/ctitan
-	/usr/bin/python3 bench/fsdp_memory.py --ctitan $(BUILD_DIR)/bin/ctitan
+	$$(scripts/setup_venv.sh)/bin/python bench/ddp_scaling.py --ctitan $(BUILD_DIR)/bin/ctitan
+	$$(scripts/setup_venv.sh)/bin/python bench/fsdp_scaling.py --ctitan $(BUILD_DIR)/bin/ctitan
+	$$(scripts/setup_venv.sh)/bin/python bench/fsdp_memory.py --ctitan $(BUILD_DIR)/bin/ctitan
 	for n in 2 4; do OMP_NUM_THREADS=1 $(BUILD_DIR)/bin/ctitan run --nproc-per-node $$n --master-port 0 \
 	  --local-ranks-filter 0 --exec $(BUILD_DIR)/bin/collectives || exit 1; done
 

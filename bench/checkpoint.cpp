@@ -1,5 +1,7 @@
-// `make bench`: checkpoint save and load throughput against `dd` to the same disk, measured in
-// the same run, and how long a training step is blocked by a sync and by an async save.
+// `make bench`: checkpoint save and load throughput against `dd` to the same disk and against
+// PyTorch's torch.distributed.checkpoint (DCP, bench/dcp_checkpoint.py, same bytes in the same
+// 16 tensors, same directory), measured in the same run, and how long a training step is
+// blocked by a sync and by an async save.
 //
 // Throughput: BENCH_CKPT_MB (default 512) MB of fp32 state, saved by the sharded writer (data,
 // checksums, fsync, atomic metadata) into a step directory under BENCH_CKPT_DIR (default
@@ -12,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "ctitan/checkpoint/coordinator.h"
 #include "ctitan/checkpoint/manager.h"
@@ -38,6 +41,23 @@ double dd_write_seconds(const fs::path& file, int64_t mb) {
   return s;
 }
 
+// DCP's save and load of the same state (fsync on, like ours), as {save_mb_per_s, load_mb_per_s}.
+nlohmann::json dcp_figures(const fs::path& dir, int64_t mb) {
+  auto cmd = fmt::format("{} {}/bench/dcp_checkpoint.py --dir {} --mb {}", CTITAN_PYTHON, CTITAN_SOURCE_DIR,
+                         dir.string(), mb);
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (size_t n = pipe ? fread(buf, 1, sizeof(buf), pipe) : 0) out.append(buf, n);
+  if (!pipe || pclose(pipe) != 0) {
+    fmt::print(stderr, "DCP baseline failed: {}\n", cmd);
+    return nlohmann::json::object();
+  }
+  auto line = out.substr(out.rfind('{') == std::string::npos ? 0 : out.rfind('{'));
+  auto json = nlohmann::json::parse(line, nullptr, false);
+  return json.is_object() ? json : nlohmann::json::object();
+}
+
 void throughput(const fs::path& dir, int64_t mb) {
   // 16 tensors: a layer-sized granularity, as a model's.
   std::map<std::string, ctitan::StateDict> state;
@@ -61,6 +81,12 @@ void throughput(const fs::path& dir, int64_t mb) {
   fmt::print("  dd (conv=fsync)   {:7.0f} MB/s\n", bytes / dd / 1e6);
   fmt::print("  save (+crc,fsync) {:7.0f} MB/s  = {:.0f}% of dd\n", bytes / save / 1e6, 100 * dd / save);
   fmt::print("  load (+crc)       {:7.0f} MB/s  (page cache warm)\n", bytes / load / 1e6);
+  auto dcp = dcp_figures(dir, mb);
+  double dcp_save = dcp.value("save_mb_per_s", 0.0), dcp_load = dcp.value("load_mb_per_s", 0.0);
+  fmt::print("  DCP save (fsync)  {:7.0f} MB/s  -> ctitan {:.2f}x DCP\n", dcp_save,
+             dcp_save > 0 ? bytes / save / 1e6 / dcp_save : 0.0);
+  fmt::print("  DCP load          {:7.0f} MB/s  -> ctitan {:.2f}x DCP\n", dcp_load,
+             dcp_load > 0 ? bytes / load / 1e6 / dcp_load : 0.0);
 }
 
 std::string write_random_tokens(const fs::path& dir, int64_t vocab, int64_t n) {

@@ -1,7 +1,7 @@
 // bench/collectives: all_reduce, all_gather_into_tensor and reduce_scatter_tensor on fp32 buffers
-// of 4 KB .. 256 MB (powers of 4), against Gloo's own ways of getting the same result:
-//   all_gather:     Gloo's list allgather into N separate tensors, then a copy into the flat one;
-//   reduce_scatter: Gloo's allreduce (in place on the input), then a copy of this rank's slice.
+// of 4 KB .. 256 MB (powers of 4), against the same collectives of libtorch 2.x's own Gloo backend
+// (`_allgather_base`, `_reduce_scatter_base`), which decides whether ctitan keeps its own
+// algorithms (gloo_backend.cpp) or uses upstream's: "gain" = upstream time / ctitan time.
 // Run one process per rank, like any ctitan job:
 //   for r in 0 1 2 3; do RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=29611
 //     build/bin/collectives & done; wait        (one line in a shell)
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     auto env = distributed::read_dist_env();
     auto store = distributed::connect_store(env, std::chrono::seconds(60));
     auto comm = Communicator::create(store, "bench", env.rank, env.world_size, std::chrono::seconds(300));
-    auto& gloo = *comm->process_group();
+    auto& gloo = *comm->gloo_backend();  // upstream's own Gloo algorithms, the baseline
     const int N = comm->size();
     const double ring = double(N - 1) / N;
     bool root = env.rank == 0;
@@ -81,8 +81,8 @@ int main(int argc, char** argv) {
       fmt::print("collectives bench: {} ranks, fp32, Gloo over {}, {} intra-op thread(s) per rank\n", N,
                  distributed::default_bind_host(), threads);
       fmt::print("{:>8} | {:>9} {:>7} {:>7} | {:>9} {:>7} {:>7} {:>9} {:>7} {:>6} | {:>9} {:>7} {:>7} {:>9} {:>7} {:>6}\n",
-                 "size", "all_reduce", "algbw", "busbw", "all_gather", "algbw", "busbw", "list+copy", "busbw",
-                 "gain", "reduce_sc", "algbw", "busbw", "AR+slice", "busbw", "gain");
+                 "size", "all_reduce", "algbw", "busbw", "all_gather", "algbw", "busbw", "upstream", "busbw",
+                 "gain", "reduce_sc", "algbw", "busbw", "upstream", "busbw", "gain");
       fmt::print("{:>8} | {:>9} {:>7} {:>7} | {:>9} {:>7} {:>7} {:>9} {:>7} {:>6} | {:>9} {:>7} {:>7} {:>9} {:>7} {:>6}\n",
                  "", "ms", "GB/s", "GB/s", "ms", "GB/s", "GB/s", "ms", "GB/s", "", "ms", "GB/s", "GB/s", "ms", "GB/s", "");
     }
@@ -98,19 +98,9 @@ int main(int argc, char** argv) {
       std::vector<std::function<void()>> calls = {
           [&] { comm->all_reduce(big, ReduceOp::kSum); },
           [&] { comm->all_gather_into_tensor(big, shard); },
-          [&] {  // Gloo's list allgather into separate tensors, then one copy into the flat output
-            std::vector<std::vector<torch::Tensor>> outs(1);
-            for (int i = 0; i < N; ++i) outs[0].push_back(torch::empty({n}));
-            std::vector<torch::Tensor> ins{shard};
-            gloo.allgather(outs, ins)->wait();
-            torch::cat_out(big, outs[0]);
-          },
+          [&] { gloo._allgather_base(big, shard)->wait(); },  // upstream Gloo's all_gather_into_tensor
           [&] { comm->reduce_scatter_tensor(shard, big, ReduceOp::kSum); },
-          [&] {  // Gloo's allreduce in place on the input, then this rank's slice
-            std::vector<torch::Tensor> ins{big};
-            gloo.allreduce(ins)->wait();
-            shard.copy_(big.narrow(0, env.rank * n, n));
-          },
+          [&] { gloo._reduce_scatter_base(shard, big)->wait(); },  // upstream Gloo's reduce_scatter_tensor
       };
       std::vector<double> best(calls.size(), 1e30);
       for (int round = 0; round < 3; ++round) {

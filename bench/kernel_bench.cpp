@@ -1,14 +1,20 @@
 // `make bench`: each fused kernel in src/ctitan/ops against its tensor-op reference (the
-// formulation the fused version replaced), timed in the same run at the 134M row's shapes
-// (seq 512, batch 4, dim 768, 12 heads, ffn 2048, vocab 32000), bf16 activations.
+// formulation the fused version replaced) and, where PyTorch 2.x has one, upstream's own fused op
+// (at::scaled_dot_product_attention, at::_fused_adamw_), timed in the same run at the 134M row's
+// shapes (seq 512, batch 4, dim 768, 12 heads, ffn 2048, vocab 32000), bf16 activations, plus the
+// debug model's seq-2048 attention. "upstream/ours" > 1 means ours is faster; a kernel of ours
+// that loses to upstream at every shape is deleted in favour of upstream's.
 // Forward alone, and forward + backward with a fixed upstream gradient. The heap keeps freed
 // blocks (as in training, see train/housekeeping.h), so page faults do not blur the comparison.
 #include <fmt/format.h>
 
 #include <chrono>
 #include <functional>
+#include <torch/version.h>
 
+#include "ctitan/common/build_info.h"
 #include "ctitan/common/threads.h"
+#include "ctitan/ops/adamw_update.h"
 #include "ctitan/ops/attention.h"
 #include "ctitan/ops/cross_entropy.h"
 #include "ctitan/ops/rms_norm.h"
@@ -50,10 +56,17 @@ Timing time_op(const Op& op, const Inputs& inputs) {
   return {forward, step};
 }
 
-void row(const std::string& name, const Op& fused, const Op& reference, const Inputs& inputs) {
+// `upstream` may be empty: PyTorch has no fused op of that kind.
+void row(const std::string& name, const Op& fused, const Op& upstream, const Op& reference, const Inputs& inputs) {
   auto f = time_op(fused, inputs), r = time_op(reference, inputs);
-  fmt::print("{:<34} {:>9.2f} {:>9.2f} {:>11.2f} {:>11.2f} {:>8.2f}x\n", name, f.forward_ms, r.forward_ms, f.step_ms,
-             r.step_ms, r.step_ms / f.step_ms);
+  if (!upstream) {
+    fmt::print("{:<36} {:>9.2f} {:>9.2f} {:>11.2f} {:>11.2f} {:>9.2f}x {:>11} {:>9}\n", name, f.forward_ms,
+               r.forward_ms, f.step_ms, r.step_ms, r.step_ms / f.step_ms, "-", "-");
+  } else {
+    auto u = time_op(upstream, inputs);
+    fmt::print("{:<36} {:>9.2f} {:>9.2f} {:>11.2f} {:>11.2f} {:>9.2f}x {:>11.2f} {:>8.2f}x\n", name, f.forward_ms,
+               r.forward_ms, f.step_ms, r.step_ms, r.step_ms / f.step_ms, u.step_ms, u.step_ms / f.step_ms);
+  }
   std::fflush(stdout);
 }
 
@@ -68,32 +81,51 @@ int main() {
   ctitan::train::retain_freed_memory_between_housekeeping();
   torch::manual_seed(0);
   fmt::print("kernel_bench: {} threads, 134M row shapes, bf16; ms per call (mean of 5 after a warm-up)\n", threads);
-  fmt::print("{:<34} {:>9} {:>9} {:>11} {:>11} {:>9}\n", "kernel", "fused fwd", "ref fwd", "fused f+b", "ref f+b",
-             "ref/fused");
+  fmt::print("CPU: {}; libtorch {}\n", ctitan::cpu_description(), TORCH_VERSION);
+  fmt::print("{:<36} {:>9} {:>9} {:>11} {:>11} {:>10} {:>11} {:>9}\n", "kernel", "fused fwd", "ref fwd", "fused f+b",
+             "ref f+b", "ref/fused", "upstrm f+b", "up/ours");
 
   // (B*T, ffn) gate and up projections.
   row("swiglu (2048, 2048)", [](const Inputs& x) { return ctitan::ops::swiglu(x[0], x[1]); },
-      [](const Inputs& x) { return ctitan::ops::swiglu_reference(x[0], x[1]); },
+      {}, [](const Inputs& x) { return ctitan::ops::swiglu_reference(x[0], x[1]); },
       {bf16_randn({2048, 2048}, 3.0), bf16_randn({2048, 2048})});
   // (B, T, dim) activations with an fp32 weight, as the model's norms.
   row("rms_norm (4, 512, 768)", [](const Inputs& x) { return ctitan::ops::rms_norm(x[0], x[1], 1e-5); },
-      [](const Inputs& x) { return ctitan::ops::rms_norm_reference(x[0], x[1], 1e-5); },
+      {}, [](const Inputs& x) { return ctitan::ops::rms_norm_reference(x[0], x[1], 1e-5); },
       {bf16_randn({4, 512, 768}), 1 + torch::randn({768})});
   // (B, T, H, D) queries with the (T, D/2) angle tables.
   auto angles = torch::outer(torch::arange(512, torch::kFloat), torch::rand({32}));
   auto cos = angles.cos(), sin = angles.sin();
   row("rope (4, 512, 12, 64)", [&](const Inputs& x) { return ctitan::ops::rope(x[0], cos, sin); },
-      [&](const Inputs& x) { return ctitan::ops::rope_reference(x[0], cos, sin); }, {bf16_randn({4, 512, 12, 64})});
-  row("causal_attention (4, 512, 12, 64)",
-      [](const Inputs& x) { return ctitan::ops::causal_attention(x[0], x[1], x[2]); },
-      [](const Inputs& x) { return ctitan::ops::causal_attention_reference(x[0], x[1], x[2]); },
+      {}, [&](const Inputs& x) { return ctitan::ops::rope_reference(x[0], cos, sin); },
+      {bf16_randn({4, 512, 12, 64})});
+  auto attention = [](const Inputs& x) { return ctitan::ops::causal_attention(x[0], x[1], x[2]); };
+  auto sdpa = [](const Inputs& x) { return ctitan::ops::causal_attention_sdpa(x[0], x[1], x[2]); };
+  auto attention_ref = [](const Inputs& x) { return ctitan::ops::causal_attention_reference(x[0], x[1], x[2]); };
+  row("causal_attention (4, 512, 12, 64)", attention, sdpa, attention_ref,
       {bf16_randn({4, 512, 12, 64}), bf16_randn({4, 512, 12, 64}), bf16_randn({4, 512, 12, 64})});
+  // The debug model at seq 2048: 16 heads of 16.
+  row("causal_attention (1, 2048, 16, 16)", attention, sdpa, attention_ref,
+      {bf16_randn({1, 2048, 16, 16}), bf16_randn({1, 2048, 16, 16}), bf16_randn({1, 2048, 16, 16})});
   // (B*T, vocab) logits; the loss is a sum, as the trainer's.
   auto labels = torch::randint(0, 32000, {2048});
   row("cross_entropy_sum (2048, 32000)",
       [&](const Inputs& x) { return ctitan::ops::cross_entropy_sum(x[0], labels, -100); },
-      [&](const Inputs& x) { return ctitan::ops::cross_entropy_sum_reference(x[0], labels, -100); },
+      {}, [&](const Inputs& x) { return ctitan::ops::cross_entropy_sum_reference(x[0], labels, -100); },
       {bf16_randn({2048, 32000}, 2.0)});
+
+  // AdamW over the 134M model's parameters as one 134M-element fp32 tensor (the update is
+  // elementwise, so one tensor or 100 differ only in per-call overhead).
+  {
+    auto param = torch::randn({134'000'000}), grad = torch::randn({134'000'000});
+    auto m = torch::zeros_like(param), v = torch::zeros_like(param);
+    ctitan::ops::AdamWStep hyper{1e-4, 0.9, 0.95, 1e-8, 0.1, 1};
+    double ours = time_ms([&] { ctitan::ops::adamw_update(param, grad, m, v, hyper); }, 3);
+    double upstream = time_ms([&] { ctitan::ops::adamw_update_upstream(param, grad, m, v, hyper); }, 3);
+    double reference = time_ms([&] { ctitan::ops::adamw_update_reference(param, grad, m, v, hyper); }, 3);
+    fmt::print("{:<36} {:>9} {:>9} {:>11.2f} {:>11.2f} {:>9.2f}x {:>11.2f} {:>8.2f}x\n", "adamw (134M fp32)", "-", "-",
+               ours, reference, reference / ours, upstream, upstream / ours);
+  }
 
   // What keeping bf16 weight copies (refreshed once per optimizer step) could save at most: the
   // casts autocast makes of the 134M model's Linear weights, fp32 -> bf16 in forward (once per

@@ -1,146 +1,28 @@
 #!/usr/bin/env python3
-"""PyTorch eager Llama 3 training-throughput baseline for ctitan's benchmark.
+"""PyTorch 2.x Llama 3 training-throughput baseline for ctitan's benchmark (bench/train_throughput.cpp).
 
-Plain idiomatic eager PyTorch (targets PyTorch 1.13: no SDPA, attention is
-written out by hand). Prints exactly one JSON line to stdout.
+What people write today (bench/torch_llama.py): SDPA (is_causal, GQA), nn.RMSNorm,
+torch.autocast("cpu", bfloat16) with fp32 master weights for bf16, fused AdamW, global-norm
+clipping at 1.0. --compile wraps the model in torch.compile (inductor); the warm-up then covers
+compilation, which is timed separately and excluded from tok/s.
+
+Needs PyTorch >= 2.6: run with ~/.cache/ctitan/venv/bin/python. Prints exactly one JSON line to
+stdout: tps, step_s, loss, params, threads, dtype (as before) plus mode, compile_seconds,
+first_step_s, warmup, steps, optimizer, torch.
 """
 import argparse
-import inspect
 import json
-import math
 import os
 import sys
 import time
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x):
-        xf = x.float()
-        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return normed.type_as(x) * self.weight
-
-
-def precompute_freqs_cis(head_dim, seq_len, theta):
-    freqs = 1.0 / (theta ** (torch.arange(0, head_dim, 2)[: head_dim // 2].float() / head_dim))
-    t = torch.arange(seq_len, dtype=torch.float32)
-    freqs = torch.outer(t, freqs)
-    return torch.polar(torch.ones_like(freqs), freqs)  # complex64 (seq, head_dim/2)
-
-
-def apply_rotary_emb(xq, xk, freqs_cis):
-    # xq: (bs, seq, n_heads, head_dim); adjacent pairs (2i, 2i+1) are complex numbers.
-    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
-    xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
-    fc = freqs_cis.view(1, xq_.shape[1], 1, xq_.shape[-1])
-    xq_out = torch.view_as_real(xq_ * fc).flatten(3)
-    xk_out = torch.view_as_real(xk_ * fc).flatten(3)
-    return xq_out.type_as(xq), xk_out.type_as(xk)
-
-
-def repeat_kv(x, n_rep):
-    if n_rep == 1:
-        return x
-    bs, seq, n_kv, hd = x.shape
-    return x[:, :, :, None, :].expand(bs, seq, n_kv, n_rep, hd).reshape(bs, seq, n_kv * n_rep, hd)
-
-
-class Attention(nn.Module):
-    def __init__(self, dim, n_heads, n_kv_heads):
-        super().__init__()
-        self.n_heads = n_heads
-        self.n_kv_heads = n_kv_heads
-        self.n_rep = n_heads // n_kv_heads
-        self.head_dim = dim // n_heads
-        self.wq = nn.Linear(dim, n_heads * self.head_dim, bias=False)
-        self.wk = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
-        self.wv = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
-        self.wo = nn.Linear(n_heads * self.head_dim, dim, bias=False)
-
-    def forward(self, x, freqs_cis, mask):
-        bs, seq, _ = x.shape
-        xq = self.wq(x).view(bs, seq, self.n_heads, self.head_dim)
-        xk = self.wk(x).view(bs, seq, self.n_kv_heads, self.head_dim)
-        xv = self.wv(x).view(bs, seq, self.n_kv_heads, self.head_dim)
-        xq, xk = apply_rotary_emb(xq, xk, freqs_cis)
-        xk = repeat_kv(xk, self.n_rep)
-        xv = repeat_kv(xv, self.n_rep)
-        q = xq.transpose(1, 2)  # (bs, n_heads, seq, head_dim)
-        k = xk.transpose(1, 2)
-        v = xv.transpose(1, 2)
-        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.head_dim)
-        scores = scores.masked_fill(mask, float("-inf"))
-        probs = F.softmax(scores.float(), dim=-1).type_as(q)
-        out = torch.matmul(probs, v)
-        out = out.transpose(1, 2).contiguous().view(bs, seq, -1)
-        return self.wo(out)
-
-
-class FeedForward(nn.Module):
-    def __init__(self, dim, multiple_of, ffn_dim_multiplier):
-        super().__init__()
-        hidden = int(2 * 4 * dim / 3)
-        if ffn_dim_multiplier:
-            hidden = int(ffn_dim_multiplier * hidden)
-        hidden = multiple_of * ((hidden + multiple_of - 1) // multiple_of)
-        self.w1 = nn.Linear(dim, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, dim, bias=False)
-        self.w3 = nn.Linear(dim, hidden, bias=False)
-
-    def forward(self, x):
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-
-class TransformerBlock(nn.Module):
-    def __init__(self, args):
-        super().__init__()
-        self.attention = Attention(args.dim, args.n_heads, args.n_kv_heads)
-        self.feed_forward = FeedForward(args.dim, args.multiple_of, args.ffn_dim_multiplier)
-        self.attention_norm = RMSNorm(args.dim)
-        self.ffn_norm = RMSNorm(args.dim)
-
-    def forward(self, x, freqs_cis, mask):
-        h = x + self.attention(self.attention_norm(x), freqs_cis, mask)
-        return h + self.feed_forward(self.ffn_norm(h))
-
-
-class Transformer(nn.Module):
-    def __init__(self, args):
-        super().__init__()
-        self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
-        self.layers = nn.ModuleList(TransformerBlock(args) for _ in range(args.n_layers))
-        self.norm = RMSNorm(args.dim)
-        self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
-        head_dim = args.dim // args.n_heads
-        self.register_buffer(
-            "freqs_cis", precompute_freqs_cis(head_dim, args.seq_len, args.rope_theta), persistent=False)
-        mask = torch.triu(torch.ones(args.seq_len, args.seq_len, dtype=torch.bool), diagonal=1)
-        self.register_buffer("mask", mask, persistent=False)
-        for name, p in self.named_parameters():
-            if name.endswith("norm.weight"):
-                continue
-            nn.init.normal_(p, mean=0.0, std=0.02)
-
-    def forward(self, tokens):
-        seq = tokens.shape[1]
-        freqs_cis = self.freqs_cis[:seq]
-        mask = self.mask[:seq, :seq]
-        h = self.tok_embeddings(tokens)
-        for layer in self.layers:
-            h = layer(h, freqs_cis, mask)
-        return self.output(self.norm(h))
+import torch_llama as tl
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dim", type=int, required=True)
     p.add_argument("--n-layers", type=int, required=True)
     p.add_argument("--n-heads", type=int, required=True)
@@ -152,35 +34,45 @@ def parse_args():
     p.add_argument("--seq-len", type=int, required=True)
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=10, help="timed steps")
+    p.add_argument("--warmup", type=int, default=3,
+                   help="untimed steps before timing; with --compile at least 3 (the first compiles)")
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compile", action="store_true", help="torch.compile(model), default inductor backend")
     args = p.parse_args()
     if args.n_kv_heads is None:
         args.n_kv_heads = args.n_heads
     if args.dim % args.n_heads or args.n_heads % args.n_kv_heads:
-        p.error("dim must be divisible by n_heads and n_heads by n_kv_heads")
+        p.error("--dim must be divisible by --n-heads, and --n-heads by --n-kv-heads")
     if args.steps < 1:
         p.error("--steps must be >= 1")
     return args
 
 
+def compiled_frames():
+    """Frames dynamo has compiled so far in this process (0 without torch.compile)."""
+    from torch._dynamo.utils import counters
+    return counters["stats"]["unique_graphs"]
+
+
 def main():
+    tl.require_torch2("pytorch_eager_llama.py")
     args = parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
-    model = Transformer(args)
+    model_args = tl.ModelArgs(dim=args.dim, n_layers=args.n_layers, n_heads=args.n_heads,
+                              n_kv_heads=args.n_kv_heads, vocab_size=args.vocab_size,
+                              multiple_of=args.multiple_of, ffn_dim_multiplier=args.ffn_dim_multiplier,
+                              rope_theta=args.rope_theta, max_seq_len=max(2048, args.seq_len))
+    model = tl.Transformer(model_args)
     model.train()
-    params = [p for p in model.parameters()]
-    n_params = sum(p.numel() for p in params)
-
-    opt_kwargs = dict(lr=8e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
-    if "foreach" in inspect.signature(torch.optim.AdamW.__init__).parameters:
-        opt_kwargs["foreach"] = True
-    optimizer = torch.optim.AdamW(params, **opt_kwargs)
-
+    params = list(model.parameters())
+    n_params = tl.count_params(model)
+    optimizer, optimizer_impl = tl.build_adamw(params)
+    if args.compile:
+        model = torch.compile(model)
     use_bf16 = args.dtype == "bf16"
 
     def step():
@@ -188,30 +80,53 @@ def main():
         labels = torch.randint(0, args.vocab_size, (args.batch, args.seq_len))
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
-            logits = model(tokens)
-        loss = F.cross_entropy(logits.float().view(-1, args.vocab_size), labels.view(-1))
+            logits = model(tokens)  # (B, T, vocab), bf16 under autocast
+        loss = tl.loss_fn(logits, labels)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        tl.clip_grad_norm_(params, 1.0)
         optimizer.step()
         return loss.item()
 
-    for _ in range(args.warmup):
+    # The first step compiles forward and backward under --compile; the next ones must not
+    # compile again (checked below), so they measure the steady state.
+    warmup = max(args.warmup, 3) if args.compile else args.warmup
+    warmup_times = []
+    for _ in range(warmup):
+        t0 = time.perf_counter()
         step()
+        warmup_times.append(time.perf_counter() - t0)
 
+    frames_before = compiled_frames()
     loss = float("nan")
     t0 = time.perf_counter()
     for _ in range(args.steps):
         loss = step()
     elapsed = time.perf_counter() - t0
+    recompiled = compiled_frames() - frames_before
+    if recompiled:
+        print(f"pytorch_eager_llama.py: warning: torch.compile compiled {recompiled} new frame(s) during the "
+              f"timed steps; raise --warmup", file=sys.stderr)
 
-    tokens = args.batch * args.seq_len * args.steps
+    step_s = elapsed / args.steps
+    first_step_s = warmup_times[0] if warmup_times else None
     result = {
-        "tps": tokens / elapsed,
-        "step_s": elapsed / args.steps,
+        "tps": args.batch * args.seq_len * args.steps / elapsed,
+        "step_s": step_s,
         "loss": loss,
         "params": n_params,
         "threads": args.threads,
         "dtype": args.dtype,
+        "mode": "compile" if args.compile else "eager",
+        # Compilation time: the first step's wall time less one steady step (the first step also
+        # trains). null in eager mode.
+        "compile_seconds": max(0.0, first_step_s - step_s) if args.compile and first_step_s is not None else None,
+        "first_step_s": first_step_s,
+        "warmup": warmup,
+        "steps": args.steps,
+        "recompiles_during_timing": recompiled,
+        "optimizer": f"AdamW({optimizer_impl})",
+        "attention": "sdpa",
+        "torch": torch.__version__,
     }
     sys.stdout.write(json.dumps(result) + "\n")
     sys.stdout.flush()

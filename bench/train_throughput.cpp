@@ -1,5 +1,6 @@
-// `make bench`: ctitan training throughput against PyTorch eager Python, measured in the same run
-// on the same machine, plus MFU against the bf16 and fp32 GEMM peaks measured here and now.
+// `make bench`: ctitan training throughput against PyTorch 2.x, eager and under torch.compile
+// (bench/pytorch_eager_llama.py, run by the venv's Python), measured in the same run on the same
+// machine, plus MFU against the bf16 and fp32 GEMM peaks measured here and now.
 //
 // Rows: debugmodel seq 256 batch 8 (bf16, fp32), debugmodel seq 2048 batch 1 (bf16),
 // 134M seq 512 batch 4 (bf16). Both sides train on random tokens (throughput does not depend on
@@ -14,7 +15,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <torch/version.h>
 
+#include "ctitan/common/build_info.h"
 #include "ctitan/common/threads.h"
 #include "ctitan/config/config_manager.h"
 #include "ctitan/metrics/peak_flops.h"
@@ -62,13 +65,15 @@ double ctitan_tps(const Row& row, const std::filesystem::path& dir, int warmup, 
   return double(steps * row.batch * row.seq_len) / seconds;
 }
 
-double pytorch_tps(const Row& row, int warmup, int steps) {
+// `compiled`: the same model under torch.compile (inductor); compile time is excluded.
+double pytorch_tps(const Row& row, int warmup, int steps, bool compiled) {
   auto a = ctitan::models::llama::llama3_flavor(row.flavor);
   auto cmd = fmt::format(
-      "/usr/bin/python3 {}/bench/pytorch_eager_llama.py --dim {} --n-layers {} --n-heads {} --vocab-size {} "
-      "--multiple-of {} --rope-theta {} --seq-len {} --batch {} --dtype {} --steps {} --warmup {} --threads {}",
-      CTITAN_SOURCE_DIR, a.dim, a.n_layers, a.n_heads, a.vocab_size, a.multiple_of, a.rope_theta, row.seq_len,
-      row.batch, row.bf16 ? "bf16" : "fp32", steps, warmup, at::get_num_threads());
+      "{} {}/bench/pytorch_eager_llama.py --dim {} --n-layers {} --n-heads {} --n-kv-heads {} --vocab-size {} "
+      "--multiple-of {} --rope-theta {} --seq-len {} --batch {} --dtype {} --steps {} --warmup {} --threads {}{}",
+      CTITAN_PYTHON, CTITAN_SOURCE_DIR, a.dim, a.n_layers, a.n_heads, a.kv_heads(), a.vocab_size, a.multiple_of,
+      a.rope_theta, row.seq_len, row.batch, row.bf16 ? "bf16" : "fp32", steps, warmup, at::get_num_threads(),
+      compiled ? " --compile" : "");
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return 0;
   std::string out;
@@ -80,24 +85,6 @@ double pytorch_tps(const Row& row, int warmup, int steps) {
   }
   auto json = nlohmann::json::parse(out, nullptr, false);
   return json.is_object() ? json.value("tps", 0.0) : 0.0;
-}
-
-// The figures only compare within one machine: say which one. Whether bf16 GEMMs have AMX tiles
-// decides how much of a step is GEMM, and so how much the fused kernels can matter.
-std::string cpu_description() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line, model = "unknown", flags;
-  while (std::getline(cpuinfo, line)) {
-    auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    auto key = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1);
-    if (key == "model name" && model == "unknown") model = line.substr(colon + 2);
-    if (key == "flags" && flags.empty()) flags = " " + line.substr(colon + 1) + " ";
-  }
-  const char* bf16 = flags.find(" amx_bf16 ") != std::string::npos      ? "AMX bf16 tiles"
-                     : flags.find(" avx512_bf16 ") != std::string::npos ? "AVX512-BF16, no AMX"
-                                                                         : "no bf16 instructions";
-  return fmt::format("{}, {} cores online, {}", model, std::thread::hardware_concurrency(), bf16);
 }
 
 }  // namespace
@@ -114,11 +101,11 @@ int main() {
   double peak_bf16 = ctitan::metrics::peak_gemm_flops(torch::kBFloat16);
   double peak_fp32 = ctitan::metrics::peak_gemm_flops(torch::kFloat);
   fmt::print("train_throughput: {} threads, {} timed steps after {} warm-up\n", threads, steps, warmup);
-  fmt::print("CPU: {}\n", cpu_description());
+  fmt::print("CPU: {}; libtorch {}\n", ctitan::cpu_description(), TORCH_VERSION);
   fmt::print("GEMM peak (best of 2048^3, 3072^3, measured now): bf16 {:.3f} TFLOP/s, fp32 {:.3f} TFLOP/s\n\n",
              peak_bf16 / 1e12, peak_fp32 / 1e12);
-  fmt::print("{:<22} {:>12} {:>12} {:>8} {:>10} {:>10}\n", "row", "ctitan tok/s", "eager tok/s", "ratio",
-             "MFU(bf16)", "MFU(fp32)");
+  fmt::print("{:<22} {:>12} {:>11} {:>8} {:>13} {:>8} {:>10} {:>10}\n", "row", "ctitan tok/s", "eager tok/s",
+             "vs eager", "compile tok/s", "vs comp", "MFU(bf16)", "MFU(fp32)");
 
   auto dir = std::filesystem::temp_directory_path() / fmt::format("ctitan_bench_{}", getpid());
   std::filesystem::create_directories(dir);
@@ -126,15 +113,17 @@ int main() {
   for (const auto& row : rows) {
     if (!only.empty() && only.find(row.name) == std::string::npos) continue;
     double ours = ctitan_tps(row, dir, warmup, steps);
-    double eager = pytorch_tps(row, warmup, steps);
+    double eager = pytorch_tps(row, warmup, steps, /*compiled=*/false);
+    double compiled = pytorch_tps(row, warmup, steps, /*compiled=*/true);
     double achieved = ctitan::models::llama::flops_per_token(ctitan::models::llama::llama3_flavor(row.flavor),
                                                              row.seq_len) * ours;
-    fmt::print("{:<22} {:>12.0f} {:>12.0f} {:>7.2f}x {:>9.1f}% {:>9.1f}%\n", row.name, ours, eager,
-               eager > 0 ? ours / eager : 0.0, 100 * achieved / peak_bf16, 100 * achieved / peak_fp32);
+    auto ratio = [&](double base) { return base > 0 ? ours / base : 0.0; };
+    fmt::print("{:<22} {:>12.0f} {:>11.0f} {:>7.2f}x {:>13.0f} {:>7.2f}x {:>9.1f}% {:>9.1f}%\n", row.name, ours,
+               eager, ratio(eager), compiled, ratio(compiled), 100 * achieved / peak_bf16, 100 * achieved / peak_fp32);
     std::fflush(stdout);
-    results.push_back({{"row", row.name}, {"ctitan_tps", ours}, {"eager_tps", eager},
-                       {"ratio", eager > 0 ? ours / eager : 0.0}, {"mfu_bf16_peak", 100 * achieved / peak_bf16},
-                       {"mfu_fp32_peak", 100 * achieved / peak_fp32}});
+    results.push_back({{"row", row.name}, {"ctitan_tps", ours}, {"eager_tps", eager}, {"compile_tps", compiled},
+                       {"ratio_eager", ratio(eager)}, {"ratio_compile", ratio(compiled)},
+                       {"mfu_bf16_peak", 100 * achieved / peak_bf16}, {"mfu_fp32_peak", 100 * achieved / peak_fp32}});
   }
   std::filesystem::remove_all(dir);
   std::ofstream("train_throughput.json") << results.dump(2) << "\n";

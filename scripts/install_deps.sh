@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Installs the Debian packages ctitan needs, only those missing. As root it runs apt-get;
+# Installs the Debian packages ctitan needs, only those missing. libtorch itself comes from PyPI's
+# torch wheel (scripts/setup_venv.sh), not from Debian. As root it runs apt-get;
 # otherwise it prints the exact command to run and fails.
 set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
-  libopenblas0-pthread   # fp32 matmul: without it, libblas.so.3 is the slow reference BLAS
-  libtorch-dev libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev
+  libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev
   nlohmann-json3-dev libgtest-dev libpcre2-dev
-  libgloo-dev     # ProcessGroupGloo.hpp includes gloo headers
-  python3-torch   # the PyTorch-eager baseline of `make bench`
+  python3-venv    # the venv that provides libtorch (scripts/setup_venv.sh)
+  libgloo-dev     # declarations ProcessGroupGloo.hpp includes; the torch wheel does not ship them
   fortunes        # the demo corpus
 )
 

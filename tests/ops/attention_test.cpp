@@ -44,10 +44,10 @@ TEST(CausalAttention, IgnoresAutocastForFp32Inputs) {
   torch::manual_seed(3);
   auto x = qkv(1, 50, 2, 16, torch::kFloat);
   auto expected = causal_attention_reference(x[0], x[1], x[2]);
-  at::autocast::set_cpu_enabled(true);
-  at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  at::autocast::set_autocast_enabled(at::kCPU, true);
+  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
   auto got = causal_attention(x[0], x[1], x[2]);
-  at::autocast::set_cpu_enabled(false);
+  at::autocast::set_autocast_enabled(at::kCPU, false);
   EXPECT_EQ(got.scalar_type(), torch::kFloat);
   testing::expect_close(got, expected, 1e-5, "output under autocast");
 }

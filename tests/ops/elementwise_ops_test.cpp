@@ -37,10 +37,10 @@ TEST(FusedRMSNorm, WritesAutocastDtypeForFp32Input) {
   torch::manual_seed(0);
   std::vector<torch::Tensor> in = {(2 * torch::randn({3, 50, 96})), (1 + torch::randn({96}))};
   auto upstream = torch::randn({3, 50, 96}).to(torch::kBFloat16);
-  at::autocast::set_cpu_enabled(true);
-  at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  at::autocast::set_autocast_enabled(at::kCPU, true);
+  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
   auto fused = testing::run_op([](const auto& x) { return rms_norm(x[0], x[1], 1e-5); }, in, upstream);
-  at::autocast::set_cpu_enabled(false);
+  at::autocast::set_autocast_enabled(at::kCPU, false);
   auto reference = testing::run_op([](const auto& x) { return rms_norm_reference(x[0], x[1], 1e-5); }, in,
                                    upstream.to(torch::kFloat));
   EXPECT_EQ(fused.out.scalar_type(), torch::kBFloat16);

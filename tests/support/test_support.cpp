@@ -68,16 +68,24 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
 }
 
 RunResult run_ctitan(const std::vector<std::string>& args, int timeout_s) {
+  return run_program(CTITAN_BIN, args, timeout_s);
+}
+
+RunResult run_python(const std::vector<std::string>& args, int timeout_s) {
+  return run_program(CTITAN_PYTHON, args, timeout_s);
+}
+
+RunResult run_program(const std::string& program, const std::vector<std::string>& args, int timeout_s) {
   char out_template[] = "/tmp/ctitan_run_XXXXXX";
   int out_fd = mkstemp(out_template);
   pid_t pid = fork();
   if (pid == 0) {
     dup2(out_fd, 1);
     dup2(out_fd, 2);
-    std::vector<char*> argv{const_cast<char*>(CTITAN_BIN)};
+    std::vector<char*> argv{const_cast<char*>(program.c_str())};
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
-    execv(CTITAN_BIN, argv.data());
+    execv(program.c_str(), argv.data());
     _exit(127);
   }
   close(out_fd);

@@ -41,7 +41,14 @@ struct RunResult {
   std::string output;  // stdout and stderr interleaved
 };
 
-// Runs `build/bin/ctitan args...`, waiting at most `timeout_s` (a hang is a failure, killed).
+// Runs `program args...`, waiting at most `timeout_s` (a hang is a failure, killed).
+RunResult run_program(const std::string& program, const std::vector<std::string>& args, int timeout_s = 120);
+// `build/bin/ctitan args...`.
 RunResult run_ctitan(const std::vector<std::string>& args, int timeout_s = 120);
+// The venv's Python (CTITAN_PYTHON: torch, transformers, safetensors, tokenizers), the source of
+// independent references. Tests that need it check have_python() first: a build against a user's
+// own libtorch may have no venv.
+RunResult run_python(const std::vector<std::string>& args, int timeout_s = 300);
+inline bool have_python() { return std::string(CTITAN_PYTHON).size() > 0; }
 
 }  // namespace ctitan::testing

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ctitan/cli/commands.h"
+#include "ctitan/common/build_info.h"
 #include "ctitan/common/error.h"
 #include "ctitan/train/housekeeping.h"
 
@@ -19,6 +20,8 @@ std::string first_line(const std::string& text) { return text.substr(0, text.fin
 int main(int argc, char** argv) {
   CLI::App app{"ctitan: Llama pretraining in C++ on libtorch"};
   app.require_subcommand(1);
+  // Versions of ctitan and libtorch, CUDA/NCCL compiled in or not, the CPU's vector ISA.
+  app.set_version_flag("--version", [] { return ctitan::build_report(); });
   ctitan::cli::add_train_command(app);
   ctitan::cli::add_tokenizer_command(app);
   ctitan::cli::add_data_command(app);

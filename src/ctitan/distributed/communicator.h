@@ -1,12 +1,12 @@
 #pragma once
-// Communicator: collectives over one process group (a set of ranks), on c10d's ProcessGroupGloo.
-// Fills the gaps of Gloo in libtorch 1.13: reduce_scatter_tensor and all_gather_into_tensor on
-// flat buffers, bf16, AVG, async handles that hold buffers exactly until wait(), per-collective
-// timeouts with a one-line CommError, and byte/time counters. docs/COLLECTIVES.md has the details.
+// Communicator: collectives over one process group (a set of ranks). It owns what every transport
+// shares: argument checks, labels and sequence numbers, async handles that hold buffers exactly
+// until wait(), per-collective timeouts with a one-line CommError, group health, byte/time
+// counters. The bytes move through a CollectiveBackend chosen by the tensor's device: Gloo for
+// CPU tensors, NCCL for CUDA tensors when compiled in. docs/COLLECTIVES.md has the details.
 //
 // Like every c10d group: all members must issue the same collectives in the same order, from one
 // thread per group. Tensors: fp32, fp64, bf16, fp16, int64, int32 (int8/uint8 pass as well).
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <atomic>
@@ -16,17 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "ctitan/distributed/collective_backend.h"
 #include "ctitan/distributed/comm_error.h"
 #include "ctitan/distributed/comm_stats.h"
-#include "ctitan/distributed/scratch_pool.h"
 #include "ctitan/distributed/shard_padding.h"
 #include "ctitan/distributed/work.h"
 
 namespace ctitan::distributed {
-
-// kAvg = sum, then divide by size(). Integer tensors reject kAvg (CommError): a floored mean is
-// rarely what a caller wants, so they sum and divide themselves.
-enum class ReduceOp { kSum, kAvg, kMax };
 
 class Communicator {
  public:
@@ -52,9 +48,8 @@ class Communicator {
   const std::string& name() const { return name_; }
 
   // Deadline of each later collective, counted from its issue (comm.train_timeout_seconds after
-  // the first step). It can shorten Gloo's internal timeout but not extend it past the one the
-  // group was created with: create groups with the longest timeout you will need.
-  void set_timeout(std::chrono::milliseconds t) { timeout_ms_ = t.count(); }
+  // the first step), and the transports' own per-operation timeout (c10d Backend::setTimeout).
+  void set_timeout(std::chrono::milliseconds t);
   std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms_.load()); }
 
   // Every collective returns a handle; with async_op = false it is already completed (and the
@@ -78,17 +73,23 @@ class Communicator {
   std::map<std::string, CollectiveStats> stats() const { return stats_->snapshot(); }
   // Collectives issued so far on this group by this rank (the "#17" of error messages).
   int64_t sequence_number() const { return sequence_.load(); }
-  c10::intrusive_ptr<c10d::ProcessGroup> process_group() const { return gloo_; }
+  // The c10d backend for CPU tensors (Gloo), for benchmarks that time upstream's own algorithms.
+  c10::intrusive_ptr<c10d::Backend> gloo_backend() const { return gloo_->c10d_backend(); }
+  // "gloo", or "nccl" for a CUDA tensor when NCCL is compiled in and a GPU was visible.
+  const char* backend_name(const torch::Tensor& t) { return backend_for(t).name(); }
 
  private:
   Communicator(std::string name, int rank, int size, std::chrono::milliseconds timeout);
   // Refuses calls on a failed group, numbers the collective and counts its bytes.
   std::shared_ptr<detail::WorkState> begin(const char* op, const torch::Tensor& payload);
-  // Arms the completion of `backend`, then waits for it unless `async_op`.
-  std::shared_ptr<Work> issue(std::shared_ptr<detail::WorkState> state,
-                              std::vector<c10::intrusive_ptr<c10d::Work>> backends, bool async_op,
+  // Starts the backend's part with `start` (a call on backend_for(...)); a backend that refuses
+  // after this rank numbered the collective fails the group, since this rank's sequence numbers
+  // no longer match its peers'.
+  BackendLaunch start(detail::WorkState& state, const std::function<BackendLaunch()>& start);
+  // Arms the completion of `launch`, then waits for it unless `async_op`.
+  std::shared_ptr<Work> issue(std::shared_ptr<detail::WorkState> state, BackendLaunch launch, bool async_op,
                               std::chrono::steady_clock::time_point started);
-  c10d::ProcessGroup& backend_for(const torch::Tensor& t);
+  CollectiveBackend& backend_for(const torch::Tensor& t);
 
   std::string name_;
   int rank_;
@@ -97,9 +98,8 @@ class Communicator {
   std::atomic<int64_t> sequence_{0};
   std::shared_ptr<StatsTable> stats_ = std::make_shared<StatsTable>();
   std::shared_ptr<GroupHealth> health_ = std::make_shared<GroupHealth>();
-  std::shared_ptr<ScratchPool> scratch_ = std::make_shared<ScratchPool>();
-  c10::intrusive_ptr<c10d::ProcessGroup> gloo_;
-  c10::intrusive_ptr<c10d::ProcessGroup> nccl_;  // only with CTITAN_WITH_NCCL and CUDA (untested)
+  std::unique_ptr<CollectiveBackend> gloo_;
+  std::unique_ptr<CollectiveBackend> nccl_;  // CTITAN_WITH_NCCL and a GPU visible; never run here
 };
 
 }  // namespace ctitan::distributed

@@ -8,10 +8,6 @@
 #include <map>
 #include <mutex>
 
-#ifdef CTITAN_WITH_NCCL
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#include <torch/cuda.h>
-#endif
 
 #include "ctitan/distributed/comm_error.h"
 #include "ctitan/distributed/dist_env.h"
@@ -48,7 +44,7 @@ std::string default_bind_host() {
   return env.local_world_size >= env.world_size ? "127.0.0.1" : "hostname";
 }
 
-c10::intrusive_ptr<c10d::ProcessGroup> create_gloo_group(const c10::intrusive_ptr<c10d::Store>& store,
+c10::intrusive_ptr<c10d::Backend> create_gloo_group(const c10::intrusive_ptr<c10d::Store>& store,
                                                         const std::string& name, int rank, int size,
                                                         std::chrono::milliseconds timeout,
                                                         const std::string& bind_host) {
@@ -71,18 +67,5 @@ c10::intrusive_ptr<c10d::ProcessGroup> create_gloo_group(const c10::intrusive_pt
                                 size, host, timeout.count() / 1000.0, first_line(e.what())));
   }
 }
-
-#ifdef CTITAN_WITH_NCCL
-// UNTESTED (no CUDA libtorch here): kept compiled-in behind the switch so the path stays visible.
-c10::intrusive_ptr<c10d::ProcessGroup> create_nccl_group(const c10::intrusive_ptr<c10d::Store>& store,
-                                                        const std::string& name, int rank, int size,
-                                                        std::chrono::milliseconds timeout) {
-  if (!torch::cuda::is_available()) return {};
-  auto options = c10d::ProcessGroupNCCL::Options::create();
-  options->timeout = timeout;
-  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name + "/nccl", store);
-  return c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, rank, size, options);
-}
-#endif
 
 }  // namespace ctitan::distributed

@@ -1,7 +1,12 @@
 #pragma once
-// Creating the c10d process group behind a Communicator: Gloo over TCP for CPU tensors, and
-// (only when built with CTITAN_WITH_NCCL, untested) NCCL for CUDA tensors.
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+// Creating the c10d Gloo backend behind a Communicator's CPU collectives (gloo_backend.h).
+//
+// libtorch's wheels do not ship Gloo's headers, which ProcessGroupGloo.hpp includes; Debian's
+// libgloo-dev provides them. Only this file includes ProcessGroupGloo.hpp, and it touches Gloo
+// objects only through out-of-line c10d functions compiled inside libtorch (device creation,
+// the constructor) and the c10d::Backend interface, so the declarations need not match the
+// Gloo revision libtorch was built with.
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
@@ -16,19 +21,12 @@ std::string default_bind_host();
 
 // A Gloo group of `size` ranks over PrefixStore(name, store), connected within `timeout`, or a
 // CommError naming the group and rank. `bind_host` empty means default_bind_host(); a value of
-// the form "if:eth0" names an interface. Gloo's own per-operation timeout is `timeout` for the
-// life of the group (Gloo 1.13 offers no setter through c10d).
-c10::intrusive_ptr<c10d::ProcessGroup> create_gloo_group(const c10::intrusive_ptr<c10d::Store>& store,
+// the form "if:eth0" names an interface. Gloo's own per-operation timeout starts at `timeout`;
+// c10d::Backend::setTimeout changes it later.
+c10::intrusive_ptr<c10d::Backend> create_gloo_group(const c10::intrusive_ptr<c10d::Store>& store,
                                                         const std::string& name, int rank, int size,
                                                         std::chrono::milliseconds timeout,
                                                         const std::string& bind_host);
 
-#ifdef CTITAN_WITH_NCCL
-// UNTESTED: no CUDA libtorch exists on the development machines. Returns null when CUDA is not
-// available at run time.
-c10::intrusive_ptr<c10d::ProcessGroup> create_nccl_group(const c10::intrusive_ptr<c10d::Store>& store,
-                                                        const std::string& name, int rank, int size,
-                                                        std::chrono::milliseconds timeout);
-#endif
 
 }  // namespace ctitan::distributed

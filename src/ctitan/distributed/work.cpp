@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <thread>
 
 namespace ctitan::distributed {
@@ -70,6 +71,7 @@ void release_backends(std::vector<c10::intrusive_ptr<c10d::Work>>& backends) {
 void Work::wait() {
   auto& s = *state_;
   auto start = Clock::now();
+  if (s.stream_ordered) return wait_on_stream();
   std::unique_lock<std::mutex> lock(s.mutex);
   if (s.waited) return;
   if (!s.done_cv.wait_until(lock, s.deadline, [&] { return s.done; })) {
@@ -99,14 +101,47 @@ void Work::wait() {
   }
 }
 
+void Work::wait_on_stream() {
+  auto& s = *state_;
+  auto start = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.waited) return;
+    s.waited = true;
+  }
+  try {
+    // c10d's NCCL wait(): the current stream waits on the collective's end event. Timeouts are
+    // the NCCL watchdog's, set from the group's timeout.
+    for (auto& backend : s.backends) backend->wait();
+    if (s.finish) s.finish();
+  } catch (const std::exception& e) {
+    auto message = fmt::format("collective failed: {}: {}", s.label, first_line(e.what()));
+    s.health->mark_failed(message);
+    throw CommError(message);
+  }
+  s.finish = nullptr;
+  s.backends.clear();
+  s.held.clear();
+  s.stats->add_seconds(s.stats_key,
+                       s.issue_seconds + std::chrono::duration<double>(Clock::now() - start).count());
+}
+
 bool Work::is_completed() {
   std::lock_guard<std::mutex> lock(state_->mutex);
+  if (state_->stream_ordered) {
+    return std::all_of(state_->backends.begin(), state_->backends.end(),
+                       [](const auto& backend) { return backend->isCompleted(); });
+  }
   return state_->done;
 }
 
 namespace detail {
 
 std::shared_ptr<Work> launch(std::shared_ptr<WorkState> state, std::vector<c10::intrusive_ptr<c10d::Work>> backends) {
+  if (state->stream_ordered && !backends.empty()) {
+    state->backends = std::move(backends);
+    return std::make_shared<Work>(std::move(state));
+  }
   std::vector<c10::intrusive_ptr<c10::ivalue::Future>> futures;
   for (auto& b : backends) futures.push_back(b->getFuture());
   state->backends = std::move(backends);

@@ -74,6 +74,9 @@ struct WorkState {
   // the local reduction of reduce_scatter, AVG's division. May capture tensors; it is destroyed
   // before `done` is set, so only `held` keeps them alive after that.
   std::function<void()> finish;
+  // Completion is ordered on a device stream (NCCL): wait() calls each c10d work's wait(), which
+  // makes the caller's current stream wait for it, then runs `finish` on that stream.
+  bool stream_ordered = false;
 };
 
 }  // namespace detail
@@ -91,6 +94,7 @@ class Work {
   const std::string& label() const { return state_->label; }
 
  private:
+  void wait_on_stream();
   std::shared_ptr<detail::WorkState> state_;
 };
 

@@ -33,7 +33,7 @@ void release(void* data) {
 
 class CountingAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) override {
     void* raw = nullptr;
     if (posix_memalign(&raw, kHeaderBytes, n + kHeaderBytes) != 0) {
       throw c10::Error({__func__, __FILE__, uint32_t(__LINE__)},
@@ -51,6 +51,8 @@ class CountingAllocator final : public c10::Allocator {
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
 };
 
 }  // namespace

@@ -42,6 +42,17 @@ void adamw_update(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor
   else update(p, g.to(torch::kFloat).data_ptr<float>(), m, v, param.numel(), s);
 }
 
+void adamw_update_upstream(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& exp_avg,
+                           torch::Tensor& exp_avg_sq, const AdamWStep& s) {
+  torch::NoGradGuard no_grad;
+  // The kernel reads the step count (already incremented, as torch.optim does before calling it)
+  // from a float tensor on the parameter's device.
+  auto step = torch::full({}, double(s.step), param.options().dtype(torch::kFloat));
+  auto g = grad.scalar_type() == param.scalar_type() ? grad : grad.to(param.scalar_type());
+  at::_fused_adamw_({param}, {g}, {exp_avg}, {exp_avg_sq}, {}, {step}, s.lr, s.beta1, s.beta2, s.weight_decay, s.eps,
+                    /*amsgrad=*/false, /*maximize=*/false);
+}
+
 void adamw_update_reference(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& exp_avg,
                             torch::Tensor& exp_avg_sq, const AdamWStep& s) {
   torch::NoGradGuard no_grad;

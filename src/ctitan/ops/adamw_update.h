@@ -19,6 +19,11 @@ struct AdamWStep {
 void adamw_update(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
                   const AdamWStep& s);
 
+// The same update by PyTorch's own fused kernel (at::_fused_adamw_, CPU and CUDA): the path for
+// CUDA tensors, and the upstream figure bench/kernel_bench compares ours with.
+void adamw_update_upstream(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& exp_avg,
+                           torch::Tensor& exp_avg_sq, const AdamWStep& s);
+
 // The same update with tensor ops: the reference the test compares to.
 void adamw_update_reference(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& exp_avg,
                             torch::Tensor& exp_avg_sq, const AdamWStep& s);

@@ -159,8 +159,17 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   TORCH_CHECK(q.dim() == 4 && k.sizes() == q.sizes() && v.sizes() == q.sizes(),
               "causal_attention: q, k, v must all be (B, T, H, D)");
   RECORD_FUNCTION("ctitan::causal_attention", std::vector<c10::IValue>());  // names the forward in profiles
+  if (!q.is_cpu()) return causal_attention_sdpa(q, k, v);
   if (!fused_enabled("attention")) return causal_attention_reference(q, k, v);
   return CausalAttention::apply(q, k, v);
+}
+
+torch::Tensor causal_attention_sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3);
+  // (B, T, H, D) -> (B, H, T, D): SDPA attends over the last two dimensions per head.
+  auto out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                              /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+  return out.transpose(1, 2).reshape({B, T, H * D});
 }
 
 torch::Tensor causal_attention_reference(const torch::Tensor& q_in, const torch::Tensor& k_in,

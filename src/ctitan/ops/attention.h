@@ -18,6 +18,10 @@ namespace ctitan::ops {
 // Autocast does not apply inside: under autocast the projections already produced bf16.
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 
+// The same computation by PyTorch's at::scaled_dot_product_attention (is_causal): the path for
+// CUDA tensors, and the upstream figure bench/kernel_bench compares ours with on CPU.
+torch::Tensor causal_attention_sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
 // The same computation written with plain libtorch ops: the reference the tests compare to.
 torch::Tensor causal_attention_reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 

@@ -84,7 +84,7 @@ torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor
   TORCH_CHECK(logits.dim() == 2 && labels.dim() == 1 && labels.size(0) == logits.size(0),
               "cross_entropy_sum: logits must be (N, V) and labels (N)");
   RECORD_FUNCTION("ctitan::cross_entropy_sum", std::vector<c10::IValue>());  // names the forward in profiles
-  if (!fused_enabled("cross_entropy")) return cross_entropy_sum_reference(logits, labels, ignore_index);
+  if (!fused_for("cross_entropy", logits)) return cross_entropy_sum_reference(logits, labels, ignore_index);
   // Autocast has nothing to do here: the math is fp32 whatever the storage dtype.
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCPU);
   return CrossEntropySum::apply(logits, labels, ignore_index);

@@ -111,12 +111,12 @@ class RMSNormFn : public torch::autograd::Function<RMSNormFn> {
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   TORCH_CHECK(weight.dim() == 1 && x.size(-1) == weight.size(0), "rms_norm: weight must be (dim) with x (..., dim)");
   RECORD_FUNCTION("ctitan::rms_norm", std::vector<c10::IValue>());  // names the forward in profiles
-  if (!fused_enabled("rms_norm")) return rms_norm_reference(x, weight, eps);
+  if (!fused_for("rms_norm", x)) return rms_norm_reference(x, weight, eps);
   // Under autocast the output is every consumer's matmul input, which autocast would cast to its
   // lower-precision dtype once per consumer (three times for wq, wk, wv); writing that dtype here
   // rounds the same fp32 product once and saves those casts and their backward copies.
   auto out_dtype = x.scalar_type();
-  if (at::autocast::is_cpu_enabled() && out_dtype == torch::kFloat) out_dtype = at::autocast::get_autocast_cpu_dtype();
+  if (at::autocast::is_autocast_enabled(at::kCPU) && out_dtype == torch::kFloat) out_dtype = at::autocast::get_autocast_dtype(at::kCPU);
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCPU);
   return RMSNormFn::apply(x, weight, eps, out_dtype);
 }

@@ -62,7 +62,7 @@ torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch
   TORCH_CHECK(x.dim() == 4 && x.size(3) % 2 == 0 && cos.size(0) >= x.size(1) && cos.size(1) == x.size(3) / 2,
               "rope: x must be (B, T, H, D) with even D and tables of at least (T, D/2)");
   RECORD_FUNCTION("ctitan::rope", std::vector<c10::IValue>());  // names the forward in profiles
-  if (!fused_enabled("rope")) return rope_reference(x, cos, sin);
+  if (!fused_for("rope", x)) return rope_reference(x, cos, sin);
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCPU);
   // The tables are used as raw (T, D/2) fp32 rows.
   return RopeFn::apply(x, cos.to(torch::kFloat).contiguous(), sin.to(torch::kFloat).contiguous());

@@ -43,7 +43,7 @@ double sum_of_squares(const std::vector<torch::Tensor>& tensors) {
   static const bool fused = fused_enabled("grad_norm");
   for (const auto& t : tensors) {
     if (!t.defined()) continue;
-    if (!fused) {
+    if (!fused || !t.is_cpu()) {
       total += t.to(torch::kFloat).pow(2).sum().item<double>();
       continue;
     }

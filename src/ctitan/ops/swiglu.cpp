@@ -62,7 +62,7 @@ class SwiGLUFn : public torch::autograd::Function<SwiGLUFn> {
 torch::Tensor swiglu(const torch::Tensor& a, const torch::Tensor& b) {
   TORCH_CHECK(a.sizes() == b.sizes(), "swiglu: a and b must have one shape");
   RECORD_FUNCTION("ctitan::swiglu", std::vector<c10::IValue>());  // names the forward in profiles
-  if (!fused_enabled("swiglu")) return swiglu_reference(a, b);
+  if (!fused_for("swiglu", a)) return swiglu_reference(a, b);
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCPU);
   return SwiGLUFn::apply(a, b);
 }

@@ -56,7 +56,7 @@ class DistributedDataParallel {
   bool callback_queued_ = false;
   double exposed_seconds_ = 0;
   std::shared_ptr<distributed::Communicator> group_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: hooks live on them
+  std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators_;  // kept alive: hooks live on them
 };
 
 }  // namespace ctitan::parallel

@@ -197,7 +197,7 @@ torch::Tensor Trainer::forward_backward(const std::vector<data::Batch>& microbat
     if (fsdp_) fsdp_->set_requires_gradient_sync(last || config_.parallelism.fsdp_gradient_sync == "every_microbatch");
     torch::Tensor loss;
     {
-      AutocastGuard autocast(bf16_);
+      AutocastGuard autocast(bf16_, device_.type());
       auto logits = model_->forward(mb.inputs);  // (B, T, vocab)
       loss = summed_cross_entropy(logits, mb.labels) / denominator;
     }
@@ -318,7 +318,7 @@ double Trainer::validate() {
   int64_t tokens = 0;
   for (int64_t i = 0; i < v.steps; ++i) {
     auto batch = loader->next();
-    AutocastGuard autocast(bf16_);
+    AutocastGuard autocast(bf16_, device_.type());
     auto logits = model_->forward(batch.inputs.to(device_));
     loss_sum += summed_cross_entropy(logits, batch.labels.to(device_)).item<double>();
     tokens += count_valid_tokens(batch.labels).item<int64_t>();

@@ -41,7 +41,7 @@ std::string translate(const std::string& name, bool to_hf) {
   if (!std::regex_match(name, m, to_hf ? ours : theirs)) return "";
   for (const auto& names : kLayerNames) {
     if (m[2] == (to_hf ? names.first : names.second)) {
-      return fmt::format(to_hf ? "model.layers.{}.{}" : "layers.{}.{}", m[1].str(), to_hf ? names.second : names.first);
+      return fmt::format(fmt::runtime(to_hf ? "model.layers.{}.{}" : "layers.{}.{}"), m[1].str(), to_hf ? names.second : names.first);
     }
   }
   return "";

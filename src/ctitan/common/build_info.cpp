@@ -1,0 +1,65 @@
+#include "ctitan/common/build_info.h"
+
+#include <ATen/Context.h>
+#include <fmt/format.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
+
+#include <fstream>
+#include <thread>
+
+#ifdef CTITAN_WITH_NCCL
+#include <torch/csrc/distributed/c10d/NCCLUtils.hpp>
+#endif
+
+namespace ctitan {
+
+const char* ctitan_version() { return "0.3.0"; }
+
+std::string cpu_description() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line, model = "unknown", flags;
+  while (std::getline(cpuinfo, line)) {
+    auto colon = line.find(':');
+    if (colon == std::string::npos || colon == 0) continue;
+    auto key = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1);
+    if (key == "model name" && model == "unknown") model = line.substr(colon + 2);
+    if (key == "flags" && flags.empty()) flags = " " + line.substr(colon + 1) + " ";
+  }
+  // Whether bf16 GEMMs have AMX tiles decides how much of a step is GEMM.
+  const char* bf16 = flags.find(" amx_bf16 ") != std::string::npos      ? "AMX bf16 tiles"
+                     : flags.find(" avx512_bf16 ") != std::string::npos ? "AVX512-BF16, no AMX"
+                                                                         : "no bf16 instructions";
+  return fmt::format("{}, {} cores online, {}", model, std::thread::hardware_concurrency(), bf16);
+}
+
+std::string aten_cpu_capability() {
+  // ATen's dispatcher does not export its capability query; its configuration string names it.
+  auto config = at::show_config();
+  const std::string key = "CPU capability usage: ";
+  auto at = config.find(key);
+  if (at == std::string::npos) return "unknown";
+  auto start = at + key.size();
+  return config.substr(start, config.find('\n', start) - start);
+}
+
+std::string build_report() {
+  std::string cuda = "not compiled in (CPU libtorch)";
+  std::string nccl = "not compiled in";
+#ifdef CTITAN_WITH_NCCL
+  // Compiled and linked; never run on a GPU by ctitan's own tests (the build machines have none).
+  cuda = fmt::format("compiled in; {} GPU(s) visible now", torch::cuda::is_available() ? torch::cuda::device_count() : 0);
+  // The NCCL library loaded now (the torch wheel's), which may be newer than the headers.
+  nccl = fmt::format("compiled in, library {} loaded (compiled, never run on a GPU)", c10d::getNcclVersion());
+#endif
+  return fmt::format(
+      "ctitan {}\n"
+      "libtorch {} (C++ ABI {})\n"
+      "CUDA: {}\n"
+      "NCCL: {}\n"
+      "CPU: {}; ATen vector ISA {}\n",
+      ctitan_version(), TORCH_VERSION, _GLIBCXX_USE_CXX11_ABI ? "cxx11" : "pre-cxx11", cuda, nccl, cpu_description(),
+      aten_cpu_capability());
+}
+
+}  // namespace ctitan

@@ -1,0 +1,22 @@
+#pragma once
+// What this binary was built against and what it runs on: `ctitan --version`, and the second line
+// of every benchmark, so that figures are only ever compared within one machine and one build.
+#include <string>
+
+namespace ctitan {
+
+// "0.3.0".
+const char* ctitan_version();
+
+// The CPU model, cores online, and its bf16 GEMM path ("AMX bf16 tiles", "AVX512-BF16, no AMX",
+// "no bf16 instructions"): read from /proc/cpuinfo.
+std::string cpu_description();
+
+// The vector ISA ATen's CPU kernels dispatch to here ("AVX512", "AVX2", "DEFAULT").
+std::string aten_cpu_capability();
+
+// Several lines: ctitan's version, libtorch's version and C++ ABI, whether CUDA and NCCL are
+// compiled in (and whether a GPU is visible now), and the CPU.
+std::string build_report();
+
+}  // namespace ctitan

@@ -1,0 +1,87 @@
+#include "ctitan/distributed/nccl_backend.h"
+
+#ifdef CTITAN_WITH_NCCL
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#include <torch/cuda.h>
+
+namespace ctitan::distributed {
+namespace {
+
+// A contiguous tensor to hand NCCL and, when it is a copy, the copy-back after completion. The
+// copy runs on the compute stream after wait() ordered it behind the collective.
+at::Tensor contiguous_or_copy(const at::Tensor& t, BackendLaunch& launch) {
+  if (t.is_contiguous()) return t;
+  auto wire = t.contiguous();
+  launch.finish = [t, wire]() mutable { t.copy_(wire); };
+  return wire;
+}
+
+}  // namespace
+
+std::unique_ptr<NcclBackend> NcclBackend::create_if_gpu(const c10::intrusive_ptr<c10d::Store>& store,
+                                                        const std::string& name, int rank, int size,
+                                                        std::chrono::milliseconds timeout) {
+  if (!torch::cuda::is_available()) return nullptr;
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name + "/nccl", store);
+  return std::unique_ptr<NcclBackend>(
+      new NcclBackend(c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, rank, size, options)));
+}
+
+BackendLaunch NcclBackend::all_reduce(const at::Tensor& t, ReduceOp op) {
+  BackendLaunch launch;
+  launch.stream_ordered = true;
+  auto wire = contiguous_or_copy(t, launch);
+  launch.held = {t, wire};
+  std::vector<at::Tensor> wires{wire};
+  c10d::AllreduceOptions options;
+  options.reduceOp = to_c10d(op);
+  launch.works = just(group_->allreduce(wires, options));
+  return launch;
+}
+
+BackendLaunch NcclBackend::broadcast(const at::Tensor& t, int root) {
+  BackendLaunch launch;
+  launch.stream_ordered = true;
+  auto wire = contiguous_or_copy(t, launch);
+  launch.held = {t, wire};
+  std::vector<at::Tensor> wires{wire};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  launch.works = just(group_->broadcast(wires, options));
+  return launch;
+}
+
+BackendLaunch NcclBackend::all_gather_into_tensor(const at::Tensor& output, const at::Tensor& input) {
+  BackendLaunch launch;
+  launch.stream_ordered = true;
+  auto out = contiguous_or_copy(output, launch);
+  auto in = input.contiguous();
+  launch.held = {output, input, out, in};
+  launch.works = just(group_->_allgather_base(out, in));
+  return launch;
+}
+
+BackendLaunch NcclBackend::reduce_scatter_tensor(const at::Tensor& output, const at::Tensor& input, ReduceOp op) {
+  BackendLaunch launch;
+  launch.stream_ordered = true;
+  auto out = contiguous_or_copy(output, launch);
+  auto in = input.contiguous();
+  launch.held = {output, input, out, in};
+  c10d::ReduceScatterOptions options;
+  options.reduceOp = to_c10d(op);
+  launch.works = just(group_->_reduce_scatter_base(out, in, options));
+  return launch;
+}
+
+BackendLaunch NcclBackend::barrier() {
+  BackendLaunch launch;
+  launch.stream_ordered = true;
+  launch.works = just(group_->barrier());
+  return launch;
+}
+
+}  // namespace ctitan::distributed
+#endif
