@@ -2,7 +2,7 @@
 
 Writes random LlamaForCausalLM weights in HF layout (safetensors written by hand: struct + json),
 greedy-decodes with HF's rotate_half RoPE here, runs `ctitan generate --temperature 0` on the same
-directory, and compares the ids. Usage: /usr/bin/python3 bench/hf_generate_reference.py CTITAN_BIN DIR
+directory, and compares the ids. Usage: ~/.cache/ctitan/venv/bin/python bench/hf_generate_reference.py CTITAN_BIN DIR
 """
 import json, math, struct, subprocess, sys, time
 import torch

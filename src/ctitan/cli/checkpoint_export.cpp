@@ -58,6 +58,8 @@ config::JobConfig job_config_for(const checkpoint::hf::HfModel& hf, const std::s
   job.model.n_heads = hf.args.n_heads;
   job.model.n_kv_heads = hf.args.kv_heads();
   job.model.vocab_size = hf.args.vocab_size;
+  job.model.rope_theta = hf.args.rope_theta;
+  job.model.norm_eps = hf.args.norm_eps;
   if (!hf.tokenizer_path.empty()) job.model.tokenizer_path = hf.tokenizer_path.string();
   auto rebuilt = train::model_args_from_config(job, nullptr);
   if (checkpoint::hf::llama_parameter_shapes(rebuilt) != checkpoint::hf::llama_parameter_shapes(hf.args)) {

@@ -8,7 +8,7 @@
 
 #include "ctitan/cli/commands.h"
 #include "ctitan/common/error.h"
-#include "ctitan/distributed/launcher.h"
+#include "ctitan/launcher/launcher.h"
 
 namespace ctitan::cli {
 namespace {
@@ -30,7 +30,7 @@ std::set<int> parse_rank_list(const std::string& text) {
 }
 
 // "host:port" or "[v6addr]:port".
-void parse_endpoint(const std::string& endpoint, distributed::LaunchOptions& options) {
+void parse_endpoint(const std::string& endpoint, launcher::LaunchOptions& options) {
   auto colon = endpoint.rfind(':');
   std::string host = endpoint.substr(0, colon), port = colon == std::string::npos ? "" : endpoint.substr(colon + 1);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
@@ -49,7 +49,7 @@ void parse_endpoint(const std::string& endpoint, distributed::LaunchOptions& opt
 void add_run_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "run", "Launch worker processes on this node, like torchrun: run [flags] train --config FILE ...");
-  auto options = std::make_shared<distributed::LaunchOptions>();
+  auto options = std::make_shared<launcher::LaunchOptions>();
   auto filter = std::make_shared<std::string>();
   auto endpoint = std::make_shared<std::string>();
   cmd->add_option("--nproc-per-node,--nproc_per_node", options->nproc_per_node, "Workers on this node")
@@ -84,7 +84,7 @@ void add_run_command(CLI::App& app) {
     if (!options->command.empty() && options->command.front() == "--") options->command.erase(options->command.begin());
     if (!filter->empty()) options->local_ranks_filter = parse_rank_list(*filter);
     if (!endpoint->empty()) parse_endpoint(*endpoint, *options);
-    int code = distributed::launch(*options);
+    int code = launcher::launch(*options);
     // A worker failure is not an exception: the launcher has printed its summary, and its exit
     // code (1, or 128+signal) is the whole answer.
     if (code != 0) throw ExitStatus(code);

@@ -16,6 +16,8 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"model", "n_heads", &c.model.n_heads},
       {"model", "n_kv_heads", &c.model.n_kv_heads},
       {"model", "vocab_size", &c.model.vocab_size},
+      {"model", "rope_theta", &c.model.rope_theta},
+      {"model", "norm_eps", &c.model.norm_eps},
 
       {"optimizer", "name", &c.optimizer.name},
       {"optimizer", "lr", &c.optimizer.lr},

@@ -188,6 +188,10 @@ JobConfig load_job_config(const std::string& toml_path, const std::vector<std::s
 void validate(const JobConfig& c) {
   const auto& t = c.training;
   require(c.model.name == "llama3", fmt::format("model.name must be llama3 (got '{}')", c.model.name));
+  require(c.model.rope_theta >= 0, fmt::format("model.rope_theta must be > 0, or 0 for the flavor's (got {})",
+                                               c.model.rope_theta));
+  require(c.model.norm_eps >= 0, fmt::format("model.norm_eps must be > 0, or 0 for the flavor's (got {})",
+                                             c.model.norm_eps));
   require(c.optimizer.name == "AdamW",
           fmt::format("optimizer.name must be AdamW (got '{}')", c.optimizer.name));
   require(c.optimizer.lr > 0, fmt::format("optimizer.lr must be > 0 (got {})", c.optimizer.lr));

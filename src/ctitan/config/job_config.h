@@ -23,6 +23,10 @@ struct Model {
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;
   int64_t vocab_size = 0;
+  // RoPE base and RMSNorm epsilon; 0 keeps the flavor's. `checkpoint import` sets them from an
+  // HF config.json, so a model trained with other values keeps them.
+  double rope_theta = 0;
+  double norm_eps = 0;
 };
 
 struct Optimizer {

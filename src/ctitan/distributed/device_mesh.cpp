@@ -93,6 +93,22 @@ void DeviceMesh::create_groups(const c10::intrusive_ptr<c10d::Store>& store, std
   }
 }
 
+void DeviceMesh::set_timeouts(std::chrono::milliseconds timeout) {
+  // groups_ is ordered by name, the same on every rank: the barriers meet in the same order.
+  for (auto& [name, group] : groups_) {
+    group->barrier();
+    group->set_timeout(timeout);
+  }
+}
+
+int64_t DeviceMesh::comm_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& [name, group] : groups_) {
+    for (const auto& [op, stats] : group->stats()) bytes += stats.bytes;
+  }
+  return bytes;
+}
+
 std::shared_ptr<Communicator> DeviceMesh::group(const std::string& dim) const {
   auto it = groups_.find(dim);
   if (it == groups_.end()) throw InputError(fmt::format("device mesh has no group for '{}'", dim));

@@ -38,6 +38,13 @@ class DeviceMesh {
   void create_groups(const c10::intrusive_ptr<c10d::Store>& store, std::chrono::milliseconds timeout);
   std::shared_ptr<Communicator> group(const std::string& dim) const;
 
+  // Every group of this rank gets `timeout` (torchtitan's set_pg_timeouts): each group first
+  // meets in a barrier, so no rank shortens a timeout while a peer is still inside a collective
+  // that started under the old one. Every rank calls it at the same step.
+  void set_timeouts(std::chrono::milliseconds timeout);
+  // Payload bytes of every collective issued on this rank's groups so far.
+  int64_t comm_bytes() const;
+
  private:
   std::vector<int64_t> dims_of(const std::string& name) const;  // indices of the mesh dims
   std::vector<std::string> names_;

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "ctitan/parallel/data_parallel.h"
+
 namespace ctitan::distributed {
 class Communicator;
 class Work;
@@ -18,21 +20,23 @@ class Work;
 
 namespace ctitan::parallel {
 
-class DistributedDataParallel {
+class DistributedDataParallel final : public DataParallel {
  public:
   // Broadcasts the parameters from group rank 0 so every replica starts identical, then installs
   // a post-accumulation hook on every parameter.
   DistributedDataParallel(std::vector<std::pair<std::string, torch::Tensor>> named_params,
                           std::shared_ptr<distributed::Communicator> group, double bucket_cap_mb);
-  ~DistributedDataParallel();
+  ~DistributedDataParallel() override;
 
   // false: gradients only accumulate locally (all microbatches but the last); true: the next
   // backward all-reduces the accumulated gradients.
-  void set_requires_gradient_sync(bool sync) { sync_ = sync; }
-
+  void set_requires_gradient_sync(bool sync) override { sync_ = sync; }
+  // The replicated parameters themselves.
+  std::vector<std::pair<std::string, torch::Tensor>> parameters_to_optimize() const override { return params_; }
+  ShardLayouts shard_layouts() const override { return {}; }  // every tensor is whole
   // Seconds the training thread spent blocked waiting for gradient all-reduces since the last
   // call: the communication that backward did not hide.
-  double take_exposed_comm_seconds();
+  double take_exposed_comm_seconds() override;
   size_t num_buckets() const { return buckets_.size(); }
 
  private:

@@ -54,6 +54,15 @@ StateDict AdamW::state_dict() const {
   return out;
 }
 
+ShardLayouts AdamW::state_layouts(const ShardLayouts& param_layouts) const {
+  ShardLayouts out;
+  for (const auto& [fqn, layout] : param_layouts) {
+    out["state." + fqn + ".exp_avg"] = layout;
+    out["state." + fqn + ".exp_avg_sq"] = layout;
+  }
+  return out;
+}
+
 void AdamW::load_state_dict(const StateDict& state) {
   torch::NoGradGuard no_grad;
   for (auto& s : states_) {

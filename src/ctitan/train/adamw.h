@@ -26,6 +26,9 @@ class AdamW {
 
   // Keys: state.{fqn}.exp_avg, state.{fqn}.exp_avg_sq, state.{fqn}.step.
   StateDict state_dict() const;
+  // The layouts of the state_dict() entries that are sharded like their parameter (the moments),
+  // from the parameters' layouts by FQN; the step counts are whole.
+  ShardLayouts state_layouts(const ShardLayouts& param_layouts) const;
   void load_state_dict(const StateDict& state);
 
  private:

@@ -14,6 +14,8 @@ models::llama::ModelArgs model_args_from_config(const config::JobConfig& config,
   if (m.n_heads) args.n_heads = m.n_heads;
   if (m.n_kv_heads) args.n_kv_heads = m.n_kv_heads;
   if (m.vocab_size) args.vocab_size = m.vocab_size;
+  if (m.rope_theta > 0) args.rope_theta = m.rope_theta;
+  if (m.norm_eps > 0) args.norm_eps = m.norm_eps;
   args.max_seq_len = std::max(args.max_seq_len, config.training.seq_len);
 
   if (args.dim % args.n_heads != 0 || args.head_dim() % 2 != 0) {

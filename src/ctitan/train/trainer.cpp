@@ -11,6 +11,7 @@
 #include "ctitan/metrics/peak_flops.h"
 #include "ctitan/metrics/profiler.h"
 #include "ctitan/models/llama/flops.h"
+#include "ctitan/parallel/ddp.h"
 #include "ctitan/parallel/parallelize_llama.h"
 #include "ctitan/train/autocast.h"
 #include "ctitan/train/grad_clip.h"
@@ -88,7 +89,7 @@ Trainer::Trainer(config::JobConfig config)
                args.dim, args.n_layers, args.n_heads, args.kv_heads(), args.ffn_hidden_dim(), args.vocab_size);
   spdlog::info("device {}, {} intra-op threads, compute {}, seq_len {}, local batch {}, grad accumulation {}",
                device_.str(), at::get_num_threads(),
-               !bf16_ ? "fp32" : fsdp_ ? "bf16 parameters (FSDP param_dtype), fp32 master shards"
+               !bf16_ ? "fp32" : dist_ && dist_->dims.fsdp_enabled() ? "bf16 parameters (FSDP param_dtype), fp32 master shards"
                                        : "bf16 autocast (fp32 master weights)",
                t.seq_len, t.local_batch_size, grad_accum_steps_);
   spdlog::info("FLOPs per token {:.3e}; peak {:.3f} TFLOP/s for MFU ({})", flops_per_token_, peak_flops_ / 1e12,
@@ -110,7 +111,8 @@ void Trainer::setup_parallelism() {
         bf16_ ? torch::kBFloat16 : torch::kFloat,
         config_.training.mixed_precision_reduce == "bfloat16" ? torch::kBFloat16 : torch::kFloat};
     const auto& p = config_.parallelism;
-    fsdp_ = parallel::apply_fsdp(*model_, std::move(groups), mp, p.fsdp_reshard_after_forward);
+    data_parallel_ = parallel::apply_fsdp(*model_, std::move(groups), mp, p.fsdp_reshard_after_forward);
+    sync_every_microbatch_ = p.fsdp_gradient_sync == "every_microbatch";
     spdlog::info("{} over dp_shard {} x dp_replicate {}: params {}, reduce {}, reshard_after_forward {}, "
                  "gradient sync {}", dims.dp_replicate > 1 ? "HSDP" : "FSDP", dims.dp_shard, dims.dp_replicate,
                  config_.training.mixed_precision_param, config_.training.mixed_precision_reduce,
@@ -118,31 +120,22 @@ void Trainer::setup_parallelism() {
   } else if (dims.ddp_enabled()) {
     std::vector<std::pair<std::string, torch::Tensor>> named;
     for (const auto& item : model_->named_parameters()) named.emplace_back(item.key(), item.value());
-    ddp_ = std::make_unique<parallel::DistributedDataParallel>(std::move(named), dp_group_,
-                                                               config_.parallelism.bucket_cap_mb);
-    spdlog::info("DDP over {} replicas, {} gradient buckets of <= {} MB", dims.dp_replicate, ddp_->num_buckets(),
+    auto ddp = std::make_unique<parallel::DistributedDataParallel>(std::move(named), dp_group_,
+                                                                   config_.parallelism.bucket_cap_mb);
+    spdlog::info("DDP over {} replicas, {} gradient buckets of <= {} MB", dims.dp_replicate, ddp->num_buckets(),
                  config_.parallelism.bucket_cap_mb);
+    data_parallel_ = std::move(ddp);
   }
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> Trainer::trained_parameters() const {
-  if (fsdp_) return fsdp_->sharded_parameters();
+  if (data_parallel_) return data_parallel_->parameters_to_optimize();
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (const auto& item : model_->named_parameters()) named.emplace_back(item.key(), item.value());
   return named;
 }
 
-int64_t Trainer::dp_comm_bytes() const {
-  if (!dist_) return 0;
-  std::vector<std::shared_ptr<distributed::Communicator>> groups{dp_group_};
-  if (fsdp_ && shard_group_ != dp_group_) groups.push_back(shard_group_);
-  if (fsdp_ && fsdp_->groups().replicate) groups.push_back(fsdp_->groups().replicate);
-  int64_t bytes = 0;
-  for (const auto& g : groups) {
-    for (const auto& [op, s] : g->stats()) bytes += s.bytes;
-  }
-  return bytes;
-}
+int64_t Trainer::comm_bytes() const { return dist_ ? dist_->mesh->comm_bytes() : 0; }
 
 std::unique_ptr<data::PackedLoader> Trainer::make_loader(const std::string& path, const std::string& format,
                                                          const std::string& key) const {
@@ -191,10 +184,9 @@ torch::Tensor Trainer::forward_backward(const std::vector<data::Batch>& microbat
   auto loss_total = torch::zeros({}, torch::TensorOptions(torch::kFloat).device(device_));
   for (size_t i = 0; i < microbatches.size(); ++i) {
     const auto& mb = microbatches[i];
-    // Delayed sync: gradients of all but the last microbatch only accumulate locally.
     const bool last = i + 1 == microbatches.size();
-    if (ddp_) ddp_->set_requires_gradient_sync(last);
-    if (fsdp_) fsdp_->set_requires_gradient_sync(last || config_.parallelism.fsdp_gradient_sync == "every_microbatch");
+    // Delayed sync reduces once, after the last microbatch; every_microbatch reduces each one.
+    if (data_parallel_) data_parallel_->set_requires_gradient_sync(last || sync_every_microbatch_);
     torch::Tensor loss;
     {
       AutocastGuard autocast(bf16_, device_.type());
@@ -204,8 +196,7 @@ torch::Tensor Trainer::forward_backward(const std::vector<data::Batch>& microbat
     loss.backward();
     loss_total += loss.detach();
   }
-  if (ddp_) since_log_.comm_seconds += ddp_->take_exposed_comm_seconds();
-  if (fsdp_) since_log_.comm_seconds += fsdp_->take_exposed_comm_seconds();
+  if (data_parallel_) since_log_.comm_seconds += data_parallel_->take_exposed_comm_seconds();
   return loss_total;  // this rank's share: the dp-group sum is the global mean
 }
 
@@ -225,7 +216,7 @@ void Trainer::train_steps() {
   since_log_ = SinceLastLog{};
   since_log_.allocs_at_start = metrics::memory_stats().alloc_count;
   since_log_.page_faults_at_start = metrics::minor_page_faults();
-  since_log_.comm_bytes_at_start = dp_comm_bytes();
+  since_log_.comm_bytes_at_start = comm_bytes();
   metrics::reset_peak_memory();
   while (step_ < t.steps) {
     checkpointer_->step_starting(step_, [this] { return state_dicts(); });
@@ -253,9 +244,7 @@ void Trainer::train_steps() {
       // collective that takes longer than train_timeout_seconds means a rank is stuck.
       auto timeout = std::chrono::milliseconds(config_.comm.train_timeout_seconds * 1000);
       dist_->world->set_timeout(timeout);
-      dp_group_->set_timeout(timeout);
-      if (shard_group_) shard_group_->set_timeout(timeout);
-      if (fsdp_ && fsdp_->groups().replicate) fsdp_->groups().replicate->set_timeout(timeout);
+      dist_->mesh->set_timeouts(timeout);
     }
     if (checkpointer_->after_step(step_, last, [this] { return state_dicts(); }, shard_layouts())) break;
   }
@@ -292,8 +281,8 @@ void Trainer::log_metrics(const StepResult& result) {
   m.memory_page_faults_per_step = double(page_faults - since_log_.page_faults_at_start) / double(since_log_.steps);
   m.time_step_s = seconds / double(since_log_.steps);
   m.time_data_s = since_log_.data_seconds / double(since_log_.steps);
-  const int64_t comm_bytes = dp_comm_bytes();
-  m.comm_bytes_per_step = double(comm_bytes - since_log_.comm_bytes_at_start) / double(since_log_.steps);
+  const int64_t bytes_now = comm_bytes();
+  m.comm_bytes_per_step = double(bytes_now - since_log_.comm_bytes_at_start) / double(since_log_.steps);
   for (const auto& p : optimizer_->params()) {
     m.memory_params_bytes += int64_t(p.nbytes());
     if (p.grad().defined()) m.memory_grads_bytes += int64_t(p.grad().nbytes());
@@ -306,7 +295,7 @@ void Trainer::log_metrics(const StepResult& result) {
   since_log_ = SinceLastLog{};
   since_log_.allocs_at_start = memory.alloc_count;
   since_log_.page_faults_at_start = page_faults;
-  since_log_.comm_bytes_at_start = comm_bytes;
+  since_log_.comm_bytes_at_start = bytes_now;
 }
 
 double Trainer::validate() {
@@ -348,14 +337,9 @@ std::map<std::string, StateDict> Trainer::state_dicts() const {
 }
 
 std::map<std::string, ShardLayouts> Trainer::shard_layouts() const {
-  if (!fsdp_) return {};  // every tensor is whole
-  auto model = fsdp_->shard_layouts();
-  ShardLayouts optimizer;
-  for (const auto& [fqn, layout] : model) {
-    optimizer["state." + fqn + ".exp_avg"] = layout;
-    optimizer["state." + fqn + ".exp_avg_sq"] = layout;
-  }
-  return {{"model", model}, {"optimizer", optimizer}};
+  auto model = data_parallel_ ? data_parallel_->shard_layouts() : ShardLayouts{};
+  if (model.empty()) return {};  // every tensor is whole
+  return {{"model", model}, {"optimizer", optimizer_->state_layouts(model)}};
 }
 
 void Trainer::load_state_dicts(const std::map<std::string, StateDict>& state) {

@@ -15,14 +15,13 @@
 #include "ctitan/config/job_config.h"
 #include "ctitan/data/packed_loader.h"
 #include "ctitan/data/tokenizer.h"
-#include "ctitan/distributed/rendezvous.h"
+#include "ctitan/distributed/init_distributed.h"
 #include "ctitan/metrics/metrics_logger.h"
 #include "ctitan/models/llama/model.h"
 #include "ctitan/train/adamw.h"
 #include "ctitan/train/housekeeping.h"
 #include "ctitan/train/lr_scheduler.h"
-#include "ctitan/parallel/ddp.h"
-#include "ctitan/parallel/fsdp/fsdp_module.h"
+#include "ctitan/parallel/data_parallel.h"
 
 namespace ctitan::train {
 
@@ -71,7 +70,8 @@ class Trainer {
   void setup_parallelism();
   // The parameters the optimizer steps on: the model's own, or FSDP's fp32 shards.
   std::vector<std::pair<std::string, torch::Tensor>> trained_parameters() const;
-  int64_t dp_comm_bytes() const;
+  // Payload bytes of every collective on the mesh's groups so far.
+  int64_t comm_bytes() const;
   void log_metrics(const StepResult& result);
   std::unique_ptr<data::PackedLoader> make_loader(const std::string& path, const std::string& format,
                                                   const std::string& key) const;
@@ -84,9 +84,10 @@ class Trainer {
   bool bf16_;
   std::shared_ptr<const data::Tokenizer> tokenizer_;
   models::llama::Transformer model_{nullptr};
-  std::unique_ptr<parallel::DistributedDataParallel> ddp_;  // after model_: destroyed before it
-  std::unique_ptr<parallel::fsdp::FSDPModule> fsdp_;          // likewise
-  std::shared_ptr<distributed::Communicator> shard_group_;    // FSDP's dp_shard group, else null
+  // DDP, FSDP or HSDP; null for one process. After model_: destroyed before it.
+  std::unique_ptr<parallel::DataParallel> data_parallel_;
+  std::shared_ptr<distributed::Communicator> shard_group_;  // FSDP's dp_shard group, else null
+  bool sync_every_microbatch_ = false;  // FSDP's fsdp_gradient_sync = every_microbatch
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<LrScheduler> lr_scheduler_;
   std::unique_ptr<data::PackedLoader> dataloader_;

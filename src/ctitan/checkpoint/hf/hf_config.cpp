@@ -31,6 +31,19 @@ void require_absent_or(const nlohmann::json& config, const std::string& key, con
   }
 }
 
+// transformers 4.x writes `rope_theta` (and `rope_scaling`) at the top level; 5.x writes
+// `rope_parameters: {rope_type, rope_theta}`. Plain RoPE only: a scaled variant ("llama3",
+// "yarn", ...) would load and silently compute something else.
+double rope_theta_of(const nlohmann::json& config, const std::string& source) {
+  if (config.contains("rope_theta")) return require_field<double>(config, "rope_theta", source);
+  if (!config.contains("rope_parameters") || !config["rope_parameters"].is_object()) {
+    throw InputError(fmt::format("{}: missing key 'rope_theta' (or 'rope_parameters.rope_theta')", source));
+  }
+  const auto& rope = config["rope_parameters"];
+  require_absent_or(rope, "rope_type", "default", source + ": rope_parameters");
+  return require_field<double>(rope, "rope_theta", source + ": rope_parameters");
+}
+
 }  // namespace
 
 torch::ScalarType dtype_from_name(const std::string& name, const std::string& source) {
@@ -96,7 +109,7 @@ ModelArgs model_args_from_hf_config(const nlohmann::json& config, const std::str
                                                            : args.n_heads;
   args.vocab_size = require_field<int64_t>(config, "vocab_size", source);
   args.norm_eps = require_field<double>(config, "rms_norm_eps", source);
-  args.rope_theta = require_field<double>(config, "rope_theta", source);
+  args.rope_theta = rope_theta_of(config, source);
   args.max_seq_len = require_field<int64_t>(config, "max_position_embeddings", source);
   for (auto [key, v] : {std::pair{"hidden_size", args.dim}, {"num_hidden_layers", args.n_layers},
                         {"num_attention_heads", args.n_heads}, {"num_key_value_heads", args.n_kv_heads},

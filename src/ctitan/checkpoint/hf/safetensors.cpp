@@ -13,7 +13,7 @@ namespace ctitan::checkpoint::hf {
 namespace {
 
 // The dtypes ctitan writes or may meet in an HF Llama export; the rest of the format's codes
-// (F8_*, U16, ...) have no libtorch 1.13 equivalent and are rejected by name.
+// (F8_*, U16, ...) are not Llama weights ctitan loads and are rejected by name.
 constexpr std::array<std::pair<const char*, torch::ScalarType>, 9> kDtypes{{
     {"F32", torch::kFloat}, {"BF16", torch::kBFloat16}, {"F16", torch::kHalf},
     {"F64", torch::kDouble}, {"I64", torch::kLong}, {"I32", torch::kInt},

@@ -29,15 +29,16 @@
 
 #include "ctitan/common/state_dict.h"
 #include "ctitan/models/module_hooks.h"
+#include "ctitan/parallel/data_parallel.h"
 #include "ctitan/parallel/fsdp/fsdp_options.h"
 #include "ctitan/parallel/fsdp/param_group.h"
 
 namespace ctitan::parallel::fsdp {
 
-class FSDPModule {
+class FSDPModule final : public DataParallel {
  public:
   FSDPModule(models::ModuleHooks& hooks, MeshGroups groups, MixedPrecisionPolicy mp);
-  ~FSDPModule();
+  ~FSDPModule() override;
   FSDPModule(const FSDPModule&) = delete;
   FSDPModule& operator=(const FSDPModule&) = delete;
 
@@ -51,14 +52,17 @@ class FSDPModule {
 
   // false: gradients accumulate unsharded (in reduce_dtype) across microbatches; true: the next
   // backward reduce-scatters them (with what has accumulated) into the sharded gradients.
-  void set_requires_gradient_sync(bool sync) { sync_ = sync; }
+  void set_requires_gradient_sync(bool sync) override { sync_ = sync; }
 
   // The fp32 shards by FQN, in registration order: what the optimizer steps on.
   std::vector<std::pair<std::string, torch::Tensor>> sharded_parameters() const;
+  std::vector<std::pair<std::string, torch::Tensor>> parameters_to_optimize() const override {
+    return sharded_parameters();
+  }
   // Where each shard sits in its global tensor.
-  ShardLayouts shard_layouts() const;
+  ShardLayouts shard_layouts() const override;
   // Seconds the training thread was blocked on FSDP collectives since the last call.
-  double take_exposed_comm_seconds();
+  double take_exposed_comm_seconds() override;
   const MeshGroups& groups() const { return groups_; }
 
  private:

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "ctitan/distributed/launcher.h"
+#include "ctitan/launcher/launcher.h"
 
-namespace ctitan::distributed {
+namespace ctitan::launcher {
 
 struct WorkerSpec {
   int rank = 0;                    // global rank: node_rank * nproc_per_node + local_rank
@@ -71,4 +71,4 @@ class WorkerProcess {
   std::optional<ExitStatus> status_;
 };
 
-}  // namespace ctitan::distributed
+}  // namespace ctitan::launcher

@@ -19,9 +19,9 @@
 #include <optional>
 #include <string>
 
-#include "ctitan/distributed/launcher.h"
+#include "ctitan/launcher/launcher.h"
 
-namespace ctitan::distributed {
+namespace ctitan::launcher {
 
 struct RoundFailure {
   int node = 0;
@@ -77,4 +77,4 @@ class LauncherStore {
   std::chrono::steady_clock::time_point last_beat_{};
 };
 
-}  // namespace ctitan::distributed
+}  // namespace ctitan::launcher

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace ctitan::distributed {
+namespace ctitan::launcher {
 
 class RankOutput {
  public:
@@ -44,4 +44,4 @@ class RankOutput {
   std::deque<std::string> tail_;
 };
 
-}  // namespace ctitan::distributed
+}  // namespace ctitan::launcher

@@ -3,7 +3,7 @@
 // Monitoring waits in poll(2) on the workers' pipes and the signal pipe (SIGCHLD included), so
 // output, worker exits and Ctrl-C are handled the moment they happen; the store is polled every
 // --monitor-interval for what the other nodes report.
-#include "ctitan/distributed/launcher.h"
+#include "ctitan/launcher/launcher.h"
 
 #include <fmt/format.h>
 #include <signal.h>
@@ -15,12 +15,12 @@
 #include <memory>
 
 #include "ctitan/common/error.h"
-#include "ctitan/distributed/launcher_group.h"
-#include "ctitan/distributed/launcher_rendezvous.h"
-#include "ctitan/distributed/launcher_signals.h"
-#include "ctitan/distributed/launcher_workers.h"
+#include "ctitan/launcher/worker_group.h"
+#include "ctitan/launcher/node_rendezvous.h"
+#include "ctitan/launcher/signals.h"
+#include "ctitan/launcher/worker_process.h"
 
-namespace ctitan::distributed {
+namespace ctitan::launcher {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -229,4 +229,4 @@ int launch(const LaunchOptions& options) {
   return supervisor.run();
 }
 
-}  // namespace ctitan::distributed
+}  // namespace ctitan::launcher

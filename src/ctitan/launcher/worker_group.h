@@ -5,12 +5,12 @@
 #include <string>
 #include <vector>
 
-#include "ctitan/distributed/launcher.h"
-#include "ctitan/distributed/launcher_output.h"
-#include "ctitan/distributed/launcher_signals.h"
-#include "ctitan/distributed/launcher_workers.h"
+#include "ctitan/launcher/launcher.h"
+#include "ctitan/launcher/output_prefix.h"
+#include "ctitan/launcher/signals.h"
+#include "ctitan/launcher/worker_process.h"
 
-namespace ctitan::distributed {
+namespace ctitan::launcher {
 
 class WorkerGroup {
  public:
@@ -44,4 +44,4 @@ class WorkerGroup {
   int first_failed_ = -1;
 };
 
-}  // namespace ctitan::distributed
+}  // namespace ctitan::launcher

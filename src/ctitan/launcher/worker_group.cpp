@@ -1,4 +1,4 @@
-#include "ctitan/distributed/launcher_group.h"
+#include "ctitan/launcher/worker_group.h"
 
 #include <fmt/format.h>
 #include <poll.h>
@@ -12,7 +12,7 @@
 
 #include "ctitan/common/error.h"
 
-namespace ctitan::distributed {
+namespace ctitan::launcher {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -130,4 +130,4 @@ std::string WorkerGroup::report(int failed_local) const {
   return out;
 }
 
-}  // namespace ctitan::distributed
+}  // namespace ctitan::launcher

@@ -1,4 +1,4 @@
-#include "ctitan/distributed/launcher_rendezvous.h"
+#include "ctitan/launcher/node_rendezvous.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -14,7 +14,7 @@
 
 #include "ctitan/common/error.h"
 
-namespace ctitan::distributed {
+namespace ctitan::launcher {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -199,4 +199,4 @@ void LauncherStore::wait_for_peers_to_leave(std::chrono::milliseconds timeout) {
   }
 }
 
-}  // namespace ctitan::distributed
+}  // namespace ctitan::launcher

@@ -1,4 +1,4 @@
-#include "ctitan/distributed/launcher_workers.h"
+#include "ctitan/launcher/worker_process.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -21,7 +21,7 @@
 
 extern char** environ;
 
-namespace ctitan::distributed {
+namespace ctitan::launcher {
 namespace {
 
 [[noreturn]] void throw_errno(const std::string& what) {
@@ -211,4 +211,4 @@ void WorkerProcess::signal_group(int signo) const {
   if (pid_ > 0) kill(-pid_, signo);
 }
 
-}  // namespace ctitan::distributed
+}  // namespace ctitan::launcher

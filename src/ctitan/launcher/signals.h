@@ -3,7 +3,7 @@
 // and SIGCHLD (a worker ended) are turned into bytes on a pipe, which the supervisor polls
 // together with the workers' output. SIGPIPE is ignored: a closed console must not kill the
 // launcher, and with it (PR_SET_PDEATHSIG) every worker. One instance at a time per process.
-namespace ctitan::distributed {
+namespace ctitan::launcher {
 
 class SignalPipe {
  public:
@@ -23,4 +23,4 @@ class SignalPipe {
   int count_ = 0;
 };
 
-}  // namespace ctitan::distributed
+}  // namespace ctitan::launcher

@@ -1,4 +1,4 @@
-#include "ctitan/distributed/launcher_output.h"
+#include "ctitan/launcher/output_prefix.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -9,7 +9,7 @@
 
 #include "ctitan/common/error.h"
 
-namespace ctitan::distributed {
+namespace ctitan::launcher {
 namespace {
 
 // Console or log file errors (a closed terminal, a full disk) drop the line, never the worker.
@@ -98,4 +98,4 @@ void RankOutput::emit(int stream, std::string_view line) {
   if (tail_.size() > kTailLines) tail_.pop_front();
 }
 
-}  // namespace ctitan::distributed
+}  // namespace ctitan::launcher

@@ -4,16 +4,16 @@
 // the workers' output, and stops or restarts every node's workers when one of them fails.
 //
 // The pieces live next to this file (launcher.cpp itself runs the rounds):
-//   launcher_group.h       this node's workers of one round: start, watch, stop, report
-//   launcher_workers.h     fork/exec of one worker, its environment, its exit status
-//   launcher_output.h      per-rank line splitting: console prefix, log file, last lines
-//   launcher_rendezvous.h  the launchers' keys on the store: join a round, failure, done
-//   launcher_signals.h     SIGINT/SIGTERM/SIGCHLD turned into bytes on a pollable pipe
+//   worker_group.h         this node's workers of one round: start, watch, stop, report
+//   worker_process.h       fork/exec of one worker, its environment, its exit status
+//   output_prefix.h        per-rank line splitting: console prefix, log file, last lines
+//   node_rendezvous.h      the launchers' keys on the store: join a round, failure, done
+//   signals.h              SIGINT/SIGTERM/SIGCHLD turned into bytes on a pollable pipe
 #include <set>
 #include <string>
 #include <vector>
 
-namespace ctitan::distributed {
+namespace ctitan::launcher {
 
 struct LaunchOptions {
   int nproc_per_node = 1;              // workers on this node
@@ -41,4 +41,4 @@ void validate(const LaunchOptions& options);
 // was stopped by SIGINT/SIGTERM. Throws InputError for bad options and rendezvous timeouts.
 int launch(const LaunchOptions& options);
 
-}  // namespace ctitan::distributed
+}  // namespace ctitan::launcher

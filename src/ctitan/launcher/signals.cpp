@@ -1,4 +1,4 @@
-#include "ctitan/distributed/launcher_signals.h"
+#include "ctitan/launcher/signals.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <system_error>
 
-namespace ctitan::distributed {
+namespace ctitan::launcher {
 namespace {
 
 // Handlers may only do async-signal-safe work: one write(2) of the signal number.
@@ -57,4 +57,4 @@ int SignalPipe::poll_signal() {
   return first_;
 }
 
-}  // namespace ctitan::distributed
+}  // namespace ctitan::launcher

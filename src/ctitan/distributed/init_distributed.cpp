@@ -1,4 +1,4 @@
-#include "ctitan/distributed/rendezvous.h"
+#include "ctitan/distributed/init_distributed.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

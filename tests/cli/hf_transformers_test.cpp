@@ -1,0 +1,363 @@
+// HF export/import checked against the real Hugging Face libraries (the venv's transformers and
+// safetensors, via tests/cli/hf_transformers_reference.py): transformers' LlamaForCausalLM loads
+// our export and computes our logits and greedy ids; a model saved by transformers imports into
+// ctitan with transformers' logits; the safetensors library reads every tensor we write.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <nlohmann/json.hpp>
+#include <algorithm>
+#include <memory>
+#include <set>
+#include <tuple>
+
+#include "ctitan/checkpoint/hf/hf_export.h"
+#include "ctitan/checkpoint/hf/hf_import.h"
+#include "ctitan/checkpoint/hf/hf_names.h"
+#include "ctitan/checkpoint/metadata.h"
+#include "ctitan/checkpoint/model_io.h"
+#include "ctitan/config/config_manager.h"
+#include "ctitan/models/llama/model.h"
+#include "ctitan/train/model_builder.h"
+#include "ctitan/train/trainer.h"
+#include "support/test_support.h"
+#include "support/tiny_job.h"
+
+namespace ctitan {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::RunResult;
+using testing::TempDir;
+using testing::run_ctitan;
+
+const char* kNoPython = "no venv Python (CTITAN_PYTHON is empty): transformers is the reference";
+const std::string kScript = std::string(CTITAN_SOURCE_DIR) + "/tests/cli/hf_transformers_reference.py";
+
+// Logits tolerance, |ours - transformers| <= kLogitTol * max(1, max |logit|), elementwise.
+// Both sides are fp32 on CPU with bitwise-identical weights (fp32 export; the q/k row permutation
+// only moves rows), so they differ only by summation order: blocked GEMMs, eager softmax versus
+// ctitan's attention kernel, RMSNorm and RoPE tables computed by different code. One fp32 dot
+// product of length K <= 256 is off by about sqrt(K) * 6e-8 ~ 1e-6 relative to the sum of |terms|;
+// two blocks, the norms and the head compound that to a few 1e-7 of the largest logit (measured
+// 1.0e-7 to 4.4e-7; each test prints its figure). 1e-4 leaves a margin of 200x and more, and is
+// still over 1000 times below what a convention error does: q/k left in HF's row order (the
+// negative control in expect_imported_logits_match) moves logits by 0.26-0.47 of their scale.
+constexpr double kLogitTol = 1e-4;
+
+struct Compared {
+  double max_abs_diff = 0, scale = 1;
+  bool ok() const { return max_abs_diff <= kLogitTol * scale; }
+  std::string str() const {
+    return fmt::format("max |ctitan - transformers| = {:.3g}, scale max(1, max|logit|) = {:.3g}, ratio {:.3g} "
+                       "(tolerance {:.0e})", max_abs_diff, scale, max_abs_diff / scale, kLogitTol);
+  }
+};
+
+// Runs the reference script; its JSON result goes through a file (run_program merges stdout and
+// stderr, and transformers prints progress bars).
+nlohmann::json reference(const TempDir& dir, const std::string& name, std::vector<std::string> args) {
+  auto out = dir.file(name + ".json");
+  args.insert(args.begin(), kScript);
+  args.push_back("--out");
+  args.push_back(out);
+  RunResult r = testing::run_python(args);
+  if (r.exit_code != 0 || !fs::exists(out)) {
+    ADD_FAILURE() << "reference script failed (exit " << r.exit_code << "): " << fmt::format("{}", fmt::join(args, " "))
+                  << "\n" << r.output;
+    return nullptr;
+  }
+  return nlohmann::json::parse(testing::read_file(out));
+}
+
+// The JSON object `generate --json` prints as its last line.
+nlohmann::json json_result(const RunResult& r) {
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  auto end = r.output.find_last_not_of('\n');
+  auto start = r.output.rfind('\n', end);
+  start = start == std::string::npos ? 0 : start + 1;
+  return nlohmann::json::parse(r.output.substr(start, end + 1 - start), nullptr, /*allow_exceptions=*/false);
+}
+
+std::string ids_arg(const std::vector<int64_t>& ids) { return fmt::format("{}", fmt::join(ids, ",")); }
+
+// Greedy ids are implementation-independent only where each pick leads the runner-up by more
+// than two fp32 implementations can disagree on a logit: kLogitTol * max|logit| <= 1e-4 * 60 here.
+// Below 1e-2 a mismatch could be a legitimate near-tie, so the prompt is a bad test, not a bug.
+constexpr double kMinGreedyMargin = 1e-2;
+
+// `ours`: what `generate --json` printed; `run`: one entry of the reference's greedy "runs".
+void expect_same_greedy_ids(const nlohmann::json& ours, const nlohmann::json& run, const std::string& what) {
+  ASSERT_TRUE(ours.is_object()) << what << ": generate printed no JSON";
+  ASSERT_GT(run["min_margin"].get<double>(), kMinGreedyMargin) << what << ": a near-tie, pick another prompt";
+  EXPECT_EQ(ours["ids"].get<std::vector<int64_t>>(), run["ids"].get<std::vector<int64_t>>())
+      << what << ": ctitan " << ours["ids"].dump() << " vs transformers " << run["ids"].dump()
+      << " (transformers' smallest top-1 lead " << run["min_margin"] << ")";
+  std::cout << "[ " << what << " ] " << run["ids"].size() << " greedy ids, smallest top-1 lead "
+            << run["min_margin"] << "\n";
+}
+
+// ctitan's own forward, fp32, in process: (T, vocab) logits for one sequence.
+torch::Tensor ctitan_logits(const StateDict& state, const models::llama::ModelArgs& args,
+                            const std::vector<int64_t>& ids) {
+  models::llama::Transformer model(args);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->named_parameters()) p.value().copy_(require_state(state, p.key()).to(torch::kFloat));
+  model->eval();
+  auto tokens = torch::tensor(ids, torch::kLong).unsqueeze(0);  // (1, T)
+  return model->forward(tokens)[0];
+}
+
+Compared compare(const torch::Tensor& ours, const nlohmann::json& theirs) {
+  auto shape = theirs["shape"].get<std::vector<int64_t>>();
+  std::vector<float> flat;
+  for (const auto& row : theirs["logits"]) {
+    for (const auto& v : row) flat.push_back(v.get<float>());
+  }
+  auto ref = torch::tensor(flat).view(shape);
+  EXPECT_EQ(ours.sizes().vec(), shape);
+  Compared c;
+  c.max_abs_diff = (ours.to(torch::kDouble) - ref.to(torch::kDouble)).abs().max().item<double>();
+  c.scale = std::max(1.0, ref.abs().max().item<double>());
+  return c;
+}
+
+// The tiny job (dim 64, 2 layers, 4 heads, vocab 32, learns the cycle 0..15), trained once per
+// test binary and exported in fp32 with the library.
+struct Trained {
+  TempDir dir;
+  StateDict state;
+  models::llama::ModelArgs args;
+  fs::path hf;
+};
+const Trained& trained() {
+  // Destroyed at exit, which removes its directory.
+  static const std::unique_ptr<Trained> t = [] {
+    auto t = std::make_unique<Trained>();
+    train::Trainer trainer(testing::tiny_job_config(t->dir.path()));
+    trainer.train();
+    auto states = trainer.state_dicts();  // by value: a range-for over .at() of the temporary would dangle
+    for (const auto& [k, v] : states.at("model")) t->state[k] = v.detach().clone();
+    t->args = trainer.model().args();
+    t->hf = t->dir.path() / "hf";
+    checkpoint::hf::export_hf(t->state, t->args, {}, t->hf);
+    return t;
+  }();
+  return *t;
+}
+
+// Ids on and off the trained cycle (16..31 never occur in training), 16 positions, so that RoPE
+// acts at many offsets and the logits are not all one confident pattern.
+const std::vector<int64_t> kTinyIds{3, 4, 5, 6, 7, 20, 31, 0, 1, 2, 9, 9, 15, 16, 30, 8};
+
+// (a) transformers loads our export and computes our logits.
+TEST(CliHfTransformers, ExportedTinyJobLogitsMatchTransformers) {
+  if (!testing::have_python()) GTEST_SKIP() << kNoPython;
+  const auto& t = trained();
+  TempDir work;
+  auto ref = reference(work, "logits", {"logits", "--model", t.hf.string(), "--ids", ids_arg(kTinyIds)});
+  ASSERT_FALSE(ref.is_null());
+  // The hyperparameters tensors do not carry must reach transformers through config.json.
+  EXPECT_EQ(ref["config"]["rope_theta"].get<double>(), t.args.rope_theta) << ref["config"].dump();
+  EXPECT_EQ(ref["config"]["rms_norm_eps"].get<double>(), t.args.norm_eps) << ref["config"].dump();
+  EXPECT_EQ(ref["config"]["tie_word_embeddings"], false);
+  auto c = compare(ctitan_logits(t.state, t.args, kTinyIds), ref);
+  EXPECT_TRUE(c.ok()) << c.str();
+  std::cout << "[ tiny job export ] " << c.str() << "\n";
+}
+
+// (b) `ctitan generate --temperature 0` (KV-cached) picks the ids transformers' argmax picks.
+TEST(CliHfTransformers, GenerateGreedyIdsMatchTransformers) {
+  if (!testing::have_python()) GTEST_SKIP() << kNoPython;
+  const auto& t = trained();
+  TempDir work;
+  // On the cycle, and off it (tokens never trained on: the model's choice is its own, not the data's).
+  const std::vector<std::string> prompts{"3,4,5,6", "30,17,5,9,21"};
+  const std::string n = "20";
+  auto ref = reference(work, "greedy", {"greedy", "--model", t.hf.string(), "--ids", prompts[0], prompts[1], "--n", n});
+  ASSERT_FALSE(ref.is_null());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto ours = json_result(run_ctitan({"generate", "--checkpoint", t.hf.string(), "--prompt-ids", prompts[i],
+                                        "--max-new-tokens", n, "--temperature", "0", "--json"}));
+    expect_same_greedy_ids(ours, ref["runs"][i], "tiny job, prompt " + prompts[i]);
+  }
+}
+
+// An HF directory saved by transformers, imported by the library, gives transformers' logits.
+void expect_imported_logits_match(const TempDir& work, const fs::path& hf_dir, const std::string& label) {
+  const std::vector<int64_t> ids{1, 2, 3, 200, 17, 255, 0, 64, 64, 9, 100, 31};
+  auto ref = reference(work, "logits", {"logits", "--model", hf_dir.string(), "--ids", ids_arg(ids)});
+  ASSERT_FALSE(ref.is_null());
+  checkpoint::hf::HfModel hf;
+  ASSERT_NO_THROW(hf = checkpoint::hf::import_hf(hf_dir));
+  EXPECT_EQ(hf.args.rope_theta, ref["config"]["rope_theta"].get<double>());
+  EXPECT_EQ(hf.args.norm_eps, ref["config"]["rms_norm_eps"].get<double>());
+  EXPECT_EQ(hf.args.kv_heads(), ref["config"]["num_key_value_heads"].get<int64_t>());
+  auto c = compare(ctitan_logits(hf.model, hf.args, ids), ref);
+  EXPECT_TRUE(c.ok()) << label << ": " << c.str();
+  std::cout << "[ " << label << " ] " << c.str() << "\n";
+
+  // Negative control: the same weights without the q/k row permutation (HF's rotate_half layout
+  // read as if it were ours) must fail the tolerance by far, or the comparison proves nothing.
+  auto wrong = hf.model;
+  for (int64_t i = 0; i < hf.args.n_layers; ++i) {
+    auto q = fmt::format("layers.{}.attention.wq.weight", i), k = fmt::format("layers.{}.attention.wk.weight", i);
+    wrong[q] = checkpoint::hf::permute_rows_to_hf(wrong[q], hf.args.n_heads);
+    wrong[k] = checkpoint::hf::permute_rows_to_hf(wrong[k], hf.args.kv_heads());
+  }
+  auto w = compare(ctitan_logits(wrong, hf.args, ids), ref);
+  EXPECT_GT(w.max_abs_diff, 100 * kLogitTol * w.scale) << "unpermuted q/k went unnoticed: " << w.str();
+  std::cout << "[ " << label << ", q/k left in HF row order ] " << w.str() << "\n";
+}
+
+// (c) A model saved by transformers itself (GQA 4/2 heads, rope_theta 10000, rms_norm_eps 1e-6:
+// transformers' defaults, not ctitan's), exactly as save_pretrained writes it.
+TEST(CliHfTransformers, TransformersSavedGqaModelImportsWithSameLogits) {
+  if (!testing::have_python()) GTEST_SKIP() << kNoPython;
+  TempDir work;
+  auto saved = work.path() / "saved";
+  ASSERT_FALSE(reference(work, "save", {"save-random", "--dir", saved.string()}).is_null());
+  // transformers 5 writes RoPE as {"rope_parameters": {"rope_type", "rope_theta"}} and the dtype as
+  // "dtype"; 4.x wrote top-level "rope_theta"/"rope_scaling" and "torch_dtype".
+  try {
+    checkpoint::hf::import_hf(saved);
+  } catch (const std::exception& e) {
+    FAIL() << "ctitan cannot import what transformers' save_pretrained wrote: " << e.what() << "\nconfig.json:\n"
+           << testing::read_file((saved / "config.json").string());
+  }
+  expect_imported_logits_match(work, saved, "transformers-saved GQA");
+}
+
+// (c, numerics) The same kind of model with config.json in the 4.x key layout that most Hub
+// Llama checkpoints carry, so the import's weights and conventions are checked whatever the
+// config reader does with 5.x keys.
+TEST(CliHfTransformers, LegacyConfigGqaModelImportsWithSameLogits) {
+  if (!testing::have_python()) GTEST_SKIP() << kNoPython;
+  TempDir work;
+  auto saved = work.path() / "saved";
+  ASSERT_FALSE(reference(work, "save", {"save-random", "--dir", saved.string(), "--legacy-config"}).is_null());
+  expect_imported_logits_match(work, saved, "legacy-config GQA");
+}
+
+// (c, tied) tie_word_embeddings: save_pretrained writes no lm_head.weight; the import must reuse
+// the embeddings as the head.
+TEST(CliHfTransformers, TiedEmbeddingsModelImportsWithSameLogits) {
+  if (!testing::have_python()) GTEST_SKIP() << kNoPython;
+  TempDir work;
+  auto saved = work.path() / "saved";
+  auto save = reference(work, "save", {"save-random", "--dir", saved.string(), "--legacy-config", "--tie", "--seed", "1"});
+  ASSERT_FALSE(save.is_null());
+  auto names = save["saved_tensors"].get<std::vector<std::string>>();
+  ASSERT_EQ(std::count(names.begin(), names.end(), "lm_head.weight"), 0) << "not a tied checkpoint; the test checks nothing";
+  expect_imported_logits_match(work, saved, "tied GQA");
+}
+
+// (c, CLI) `ctitan checkpoint import` into a step directory, then `ctitan generate` from it,
+// against transformers' greedy ids on the original HF directory.
+TEST(CliHfTransformers, CheckpointImportThenGenerateMatchesTransformers) {
+  if (!testing::have_python()) GTEST_SKIP() << kNoPython;
+  TempDir work;
+  auto saved = work.path() / "saved";
+  ASSERT_FALSE(reference(work, "save", {"save-random", "--dir", saved.string(), "--legacy-config", "--seed", "2"})
+                   .is_null());
+  auto step = work.path() / "step-0";
+  auto imp = run_ctitan({"checkpoint", "import", "--input", saved.string(), "--output", step.string()});
+  ASSERT_EQ(imp.exit_code, 0) << imp.output;
+
+  const std::string prompt = "5,77,140,3,250";
+  auto ref = reference(work, "greedy", {"greedy", "--model", saved.string(), "--ids", prompt, "--n", "16"});
+  ASSERT_FALSE(ref.is_null());
+  auto ours = json_result(run_ctitan({"generate", "--checkpoint", step.string(), "--prompt-ids", prompt,
+                                      "--max-new-tokens", "16", "--temperature", "0", "--json"}));
+  expect_same_greedy_ids(ours, ref["runs"][0], "imported step dir");
+
+  // Diagnosis. The weights: the step directory holds exactly what the library import reads.
+  auto hf = checkpoint::hf::import_hf(saved);
+  auto stored = checkpoint::load_full_model_state(step);
+  ASSERT_EQ(stored.size(), hf.model.size());
+  for (const auto& [name, w] : hf.model) {
+    EXPECT_TRUE(torch::equal(require_state(stored, name), w.to(torch::kFloat))) << name << " changed by checkpoint import";
+  }
+  // The hyperparameters tensors do not carry, as the step directory gives them to `generate`
+  // (read as cli::open_model_source reads it), against what transformers read from config.json.
+  auto job = config::parse_job_config(checkpoint::read_metadata(step).config_toml, "step metadata");
+  auto args = train::model_args_from_config(job, nullptr);
+  EXPECT_EQ(args.rope_theta, ref["config"]["rope_theta"].get<double>()) << "rope_theta lost by checkpoint import";
+  EXPECT_EQ(args.norm_eps, ref["config"]["rms_norm_eps"].get<double>()) << "rms_norm_eps lost by checkpoint import";
+}
+
+// (d) The safetensors library reads every tensor of our export, fp32 single file and bf16
+// shards, with the right names, shapes, dtypes and values.
+TEST(CliHfTransformers, SafetensorsLibraryReadsEveryExportedTensor) {
+  if (!testing::have_python()) GTEST_SKIP() << kNoPython;
+  const auto& t = trained();
+  TempDir work;
+  auto bf16 = work.path() / "bf16";
+  auto exp = run_ctitan({"checkpoint", "export", "--input", t.hf.string(), "--output", bf16.string(), "--dtype",
+                         "bfloat16", "--max-shard-size", "20KB"});
+  ASSERT_EQ(exp.exit_code, 0) << exp.output;
+
+  // Every safetensors file of both exports, read by one Python process (each start costs seconds).
+  const std::vector<std::tuple<fs::path, torch::ScalarType, std::string>> exports{
+      {t.hf, torch::kFloat, "F32"}, {bf16, torch::kBFloat16, "BF16"}};
+  std::vector<std::string> cmd{"read-safetensors", "--file"};
+  std::map<std::string, size_t> export_of;  // file -> index into exports
+  for (size_t i = 0; i < exports.size(); ++i) {
+    for (const auto& e : fs::directory_iterator(std::get<0>(exports[i]))) {
+      if (e.path().extension() != ".safetensors") continue;
+      cmd.push_back(e.path().string());
+      export_of[e.path().string()] = i;
+    }
+  }
+  auto read = reference(work, "read", cmd);
+  ASSERT_FALSE(read.is_null());
+  ASSERT_EQ(read["files"].size(), export_of.size());
+  EXPECT_GT(export_of.size(), 2u) << "the bf16 export should be sharded";
+
+  for (size_t i = 0; i < exports.size(); ++i) {
+    const auto& [dir, dtype, code] = exports[i];
+    // What each HF tensor must be: ours, cast, with q/k rows in HF's order.
+    std::map<std::string, torch::Tensor> expected;
+    for (const auto& [fqn, v] : t.state) {
+      auto w = v.to(dtype);
+      if (fqn.find("attention.wq") != std::string::npos) w = checkpoint::hf::permute_rows_to_hf(w, t.args.n_heads);
+      if (fqn.find("attention.wk") != std::string::npos) w = checkpoint::hf::permute_rows_to_hf(w, t.args.kv_heads());
+      expected[checkpoint::hf::to_hf_name(fqn)] = w.contiguous();
+    }
+    std::set<std::string> seen;
+    for (const auto& entry : read["files"]) {
+      const auto file = entry["file"].get<std::string>();
+      if (export_of.at(file) != i) continue;
+      EXPECT_EQ(entry["metadata"], nlohmann::json({{"format", "pt"}})) << file;
+      for (const auto& [name, info] : entry["tensors"].items()) {
+        EXPECT_TRUE(seen.insert(name).second) << name << " in two files of " << dir;
+        auto it = expected.find(name);
+        if (it == expected.end()) {
+          ADD_FAILURE() << file << ": unexpected tensor " << name;
+          continue;
+        }
+        const auto& w = it->second;
+        EXPECT_EQ(info["dtype"], code) << name;
+        EXPECT_EQ(info["shape"].get<std::vector<int64_t>>(), w.sizes().vec()) << name;
+        EXPECT_EQ(info["tensor_shape"].get<std::vector<int64_t>>(), w.sizes().vec()) << name;
+        // Sums in float64 of the stored values: equal up to float64 summation order.
+        auto f64 = w.to(torch::kDouble);
+        double sum = f64.sum().item<double>(), bound = 1e-9 * (1.0 + f64.abs().sum().item<double>());
+        EXPECT_NEAR(info["sum"].get<double>(), sum, bound) << name;
+        // wsum weights each element by its flat index: catches misplaced rows that a sum cannot.
+        auto weights = torch::arange(f64.numel(), torch::kDouble).remainder(7) + 1;
+        double wsum = (f64.flatten() * weights).sum().item<double>();
+        EXPECT_NEAR(info["wsum"].get<double>(), wsum, 7 * bound) << name;
+      }
+    }
+    std::set<std::string> names;
+    for (const auto& [n, _] : expected) names.insert(n);
+    EXPECT_EQ(seen, names) << dir;
+  }
+  EXPECT_TRUE(fs::exists(bf16 / "model.safetensors.index.json"));
+}
+
+}  // namespace
+}  // namespace ctitan
