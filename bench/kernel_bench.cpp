@@ -1,9 +1,10 @@
-// `make bench`: each fused kernel in src/ctitan/ops against its tensor-op reference (the
-// formulation the fused version replaced) and, where PyTorch 2.x has one, upstream's own fused op
-// (at::scaled_dot_product_attention, at::_fused_adamw_), timed in the same run at the 134M row's
-// shapes (seq 512, batch 4, dim 768, 12 heads, ffn 2048, vocab 32000), bf16 activations, plus the
-// debug model's seq-2048 attention. "upstream/ours" > 1 means ours is faster; a kernel of ours
-// that loses to upstream at every shape is deleted in favour of upstream's.
+// `make bench`: each kernel the model uses from src/ctitan/ops against its tensor-op reference
+// (the formulation a fused version replaces), timed in the same run at the 134M row's shapes
+// (seq 512, batch 4, dim 768, 12 heads, ffn 2048, vocab 32000), bf16 activations, plus the debug
+// model's seq-2048 attention. Where PyTorch 2.x has a fused op of its own, ours had to beat it to
+// stay: attention and AdamW lost (2026-11-24, docs/PERFORMANCE.md) and are upstream's
+// (at::scaled_dot_product_attention, at::_fused_adamw_) now; their rows time upstream's op.
+// `row` takes an upstream op for a kernel of ours that has one to compare with.
 // Forward alone, and forward + backward with a fixed upstream gradient. The heap keeps freed
 // blocks (as in training, see train/housekeeping.h), so page faults do not blur the comparison.
 #include <fmt/format.h>
@@ -99,13 +100,13 @@ int main() {
   row("rope (4, 512, 12, 64)", [&](const Inputs& x) { return ctitan::ops::rope(x[0], cos, sin); },
       {}, [&](const Inputs& x) { return ctitan::ops::rope_reference(x[0], cos, sin); },
       {bf16_randn({4, 512, 12, 64})});
+  // Attention is upstream's SDPA now (ops/attention.h): its row is SDPA against the tensor ops.
   auto attention = [](const Inputs& x) { return ctitan::ops::causal_attention(x[0], x[1], x[2]); };
-  auto sdpa = [](const Inputs& x) { return ctitan::ops::causal_attention_sdpa(x[0], x[1], x[2]); };
   auto attention_ref = [](const Inputs& x) { return ctitan::ops::causal_attention_reference(x[0], x[1], x[2]); };
-  row("causal_attention (4, 512, 12, 64)", attention, sdpa, attention_ref,
+  row("attention=SDPA (4, 512, 12, 64)", attention, {}, attention_ref,
       {bf16_randn({4, 512, 12, 64}), bf16_randn({4, 512, 12, 64}), bf16_randn({4, 512, 12, 64})});
   // The debug model at seq 2048: 16 heads of 16.
-  row("causal_attention (1, 2048, 16, 16)", attention, sdpa, attention_ref,
+  row("attention=SDPA (1, 2048, 16, 16)", attention, {}, attention_ref,
       {bf16_randn({1, 2048, 16, 16}), bf16_randn({1, 2048, 16, 16}), bf16_randn({1, 2048, 16, 16})});
   // (B*T, vocab) logits; the loss is a sum, as the trainer's.
   auto labels = torch::randint(0, 32000, {2048});
@@ -115,16 +116,16 @@ int main() {
       {bf16_randn({2048, 32000}, 2.0)});
 
   // AdamW over the 134M model's parameters as one 134M-element fp32 tensor (the update is
-  // elementwise, so one tensor or 100 differ only in per-call overhead).
+  // elementwise, so one tensor or 100 differ only in per-call overhead). The update is upstream's
+  // _fused_adamw_ now (ops/adamw_update.h): its row is that against the tensor ops.
   {
     auto param = torch::randn({134'000'000}), grad = torch::randn({134'000'000});
     auto m = torch::zeros_like(param), v = torch::zeros_like(param);
     ctitan::ops::AdamWStep hyper{1e-4, 0.9, 0.95, 1e-8, 0.1, 1};
-    double ours = time_ms([&] { ctitan::ops::adamw_update(param, grad, m, v, hyper); }, 3);
-    double upstream = time_ms([&] { ctitan::ops::adamw_update_upstream(param, grad, m, v, hyper); }, 3);
+    double fused = time_ms([&] { ctitan::ops::adamw_update(param, grad, m, v, hyper); }, 3);
     double reference = time_ms([&] { ctitan::ops::adamw_update_reference(param, grad, m, v, hyper); }, 3);
-    fmt::print("{:<36} {:>9} {:>9} {:>11.2f} {:>11.2f} {:>9.2f}x {:>11.2f} {:>8.2f}x\n", "adamw (134M fp32)", "-", "-",
-               ours, reference, reference / ours, upstream, upstream / ours);
+    fmt::print("{:<36} {:>9} {:>9} {:>11.2f} {:>11.2f} {:>9.2f}x {:>11} {:>9}\n", "adamw=_fused_adamw_ (134M fp32)", "-",
+               "-", fused, reference, reference / fused, "-", "-");
   }
 
   // What keeping bf16 weight copies (refreshed once per optimizer step) could save at most: the

@@ -14,18 +14,20 @@ std::vector<torch::Tensor> qkv(int64_t B, int64_t T, int64_t H, int64_t D, torch
           torch::randn({B, T, H, D}).to(dtype)};
 }
 
+// causal_attention is upstream's SDPA (flash kernel on CPU): these check ctitan's use of it
+// (layout, causal mask, scale, autocast) against the plain formulation.
 torch::Tensor fused(const std::vector<torch::Tensor>& x) { return causal_attention(x[0], x[1], x[2]); }
 torch::Tensor reference(const std::vector<torch::Tensor>& x) { return causal_attention_reference(x[0], x[1], x[2]); }
 
-// fp32: the same sums in a different order (blocked, fp32 softmax), so agreement to ~1e-6 of the
-// scale; 1e-5 leaves room for exp's 2-ulp polynomial.
+// fp32: the same sums in a different order (blocked online softmax), so agreement to ~1e-6 of
+// the scale; 1e-5 leaves room for a vectorized exp's few ulp.
 TEST(CausalAttention, MatchesReferenceFp32) {
   torch::manual_seed(0);
   expect_op_matches(fused, reference, qkv(2, 37, 3, 16, torch::kFloat), 1e-5);
 }
 
-// T = 1100 with one head gives three query blocks (512, 512, 76), the last one partial: block edges and the
-// causal skipping of later keys are exercised.
+// T = 1100 is not a multiple of any block size the flash kernel uses: partial blocks at the
+// edges, and the causal skipping of later key blocks, are exercised.
 TEST(CausalAttention, MatchesReferenceFp32AcrossQueryBlocks) {
   torch::manual_seed(1);
   expect_op_matches(fused, reference, qkv(1, 1100, 1, 8, torch::kFloat), 1e-5);

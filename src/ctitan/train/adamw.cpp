@@ -24,10 +24,8 @@ void AdamW::step(double lr) {
     if (!grad.defined()) continue;
     ++s.step;
     ops::AdamWStep hyper{lr, o.beta1, o.beta2, o.eps, o.weight_decay, s.step};
-    if (fused && s.param.is_contiguous() && s.param.scalar_type() == torch::kFloat && s.param.is_cpu()) {
+    if (fused) {
       ops::adamw_update(s.param, grad, s.exp_avg, s.exp_avg_sq, hyper);
-    } else if (fused && s.param.is_cuda()) {
-      ops::adamw_update_upstream(s.param, grad, s.exp_avg, s.exp_avg_sq, hyper);  // compiled, never run on a GPU
     } else {
       ops::adamw_update_reference(s.param, grad, s.exp_avg, s.exp_avg_sq, hyper);
     }
