@@ -16,10 +16,15 @@ build: deps
 	  -DCTITAN_PYTHON=$$(scripts/setup_venv.sh)/bin/python $(if $(CMAKE_PREFIX_PATH),-DCMAKE_PREFIX_PATH=$(CMAKE_PREFIX_PATH)) > /dev/null
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# bf16 needs AVX-512 for libtorch's fast CPU GEMMs; without it the demo trains in fp32 and says so.
+DEMO_DTYPE = $(shell grep -qw avx512bw /proc/cpuinfo 2>/dev/null && echo bfloat16 || echo float32)
+
 # FSDP over 2 local ranks (data_parallel_shard_degree = -1 takes every rank), as torchtitan's
 # run_train.sh does with NGPU=2.
 demo: build
-	$(BUILD_DIR)/bin/ctitan run --nproc-per-node 2 --master-port 0 train --config configs/llama3_debug.toml
+	@[ "$(DEMO_DTYPE)" = bfloat16 ] || echo "demo: this CPU has no AVX-512, so bf16 matmuls would be slow: training in float32"
+	$(BUILD_DIR)/bin/ctitan run --nproc-per-node 2 --master-port 0 train --config configs/llama3_debug.toml \
+	  --training.mixed_precision_param $(DEMO_DTYPE)
 
 # The default suite: unit and integration tests. Long runs live in `make bench`.
 test: build

@@ -16,16 +16,41 @@ namespace ctitan {
 
 const char* ctitan_version() { return "0.3.0"; }
 
-std::string cpu_description() {
+namespace {
+
+struct CpuInfo {
+  std::string model = "unknown";
+  std::string flags;  // " flag1 flag2 ... ", padded so that " name " finds whole words
+};
+
+CpuInfo read_cpuinfo() {
   std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line, model = "unknown", flags;
+  std::string line;
+  CpuInfo info;
   while (std::getline(cpuinfo, line)) {
     auto colon = line.find(':');
     if (colon == std::string::npos || colon == 0) continue;
     auto key = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1);
-    if (key == "model name" && model == "unknown") model = line.substr(colon + 2);
-    if (key == "flags" && flags.empty()) flags = " " + line.substr(colon + 1) + " ";
+    if (key == "model name" && info.model == "unknown") info.model = line.substr(colon + 2);
+    if (key == "flags" && info.flags.empty()) info.flags = " " + line.substr(colon + 1) + " ";
   }
+  return info;
+}
+
+}  // namespace
+
+bool cpu_has_fast_bf16_gemm() {
+  auto flags = read_cpuinfo().flags;
+  for (const char* flag : {" avx512bw ", " avx512vl ", " avx512dq "}) {
+    if (flags.find(flag) == std::string::npos) return false;
+  }
+  return true;
+}
+
+std::string cpu_description() {
+  auto info = read_cpuinfo();
+  const auto& flags = info.flags;
+  const auto& model = info.model;
   // Whether bf16 GEMMs have AMX tiles decides how much of a step is GEMM.
   const char* bf16 = flags.find(" amx_bf16 ") != std::string::npos      ? "AMX bf16 tiles"
                      : flags.find(" avx512_bf16 ") != std::string::npos ? "AVX512-BF16, no AMX"

@@ -12,6 +12,10 @@ const char* ctitan_version();
 // "no bf16 instructions"): read from /proc/cpuinfo.
 std::string cpu_description();
 
+// Whether libtorch has a fast bf16 GEMM on this CPU: its oneDNN needs AVX-512 (BW, VL, DQ) for
+// bf16; without it bf16 matmuls take ATen's scalar fallback, many times slower than fp32.
+bool cpu_has_fast_bf16_gemm();
+
 // The vector ISA ATen's CPU kernels dispatch to here ("AVX512", "AVX2", "DEFAULT").
 std::string aten_cpu_capability();
 

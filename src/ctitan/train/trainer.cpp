@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "ctitan/common/build_info.h"
 #include "ctitan/common/error.h"
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/metrics/memory_tracker.h"
@@ -87,6 +88,11 @@ Trainer::Trainer(config::JobConfig config)
   spdlog::info("model llama3 {}: {:.2f}M params ({:.2f}M non-embedding), dim {} layers {} heads {} kv_heads {} "
                "ffn {} vocab {}", config_.model.flavor, params.total / 1e6, (params.total - params.embedding) / 1e6,
                args.dim, args.n_layers, args.n_heads, args.kv_heads(), args.ffn_hidden_dim(), args.vocab_size);
+  if (bf16_ && device_.is_cpu() && !cpu_has_fast_bf16_gemm()) {
+    spdlog::warn("bf16 on a CPU without AVX-512 ({}): libtorch's bf16 matmuls take a slow scalar fallback "
+                 "here; --training.mixed_precision_param float32 trains many times faster on this CPU",
+                 cpu_description());
+  }
   spdlog::info("device {}, {} intra-op threads, compute {}, seq_len {}, local batch {}, grad accumulation {}",
                device_.str(), at::get_num_threads(),
                !bf16_ ? "fp32" : dist_ && dist_->dims.fsdp_enabled() ? "bf16 parameters (FSDP param_dtype), fp32 master shards"
