@@ -20,10 +20,10 @@ build: deps
 DEMO_DTYPE = $(shell grep -qw avx512bw /proc/cpuinfo 2>/dev/null && echo bfloat16 || echo float32)
 
 # FSDP over 2 local ranks (data_parallel_shard_degree = -1 takes every rank), as torchtitan's
-# run_train.sh does with NGPU=2.
+# run_train.sh does with NGPU=2; like it, only rank 0's lines are shown.
 demo: build
 	@[ "$(DEMO_DTYPE)" = bfloat16 ] || echo "demo: this CPU has no AVX-512, so bf16 matmuls would be slow: training in float32"
-	$(BUILD_DIR)/bin/ctitan run --nproc-per-node 2 --master-port 0 train --config configs/llama3_debug.toml \
+	$(BUILD_DIR)/bin/ctitan run --nproc-per-node 2 --master-port 0 --local-ranks-filter 0 train --config configs/llama3_debug.toml \
 	  --training.mixed_precision_param $(DEMO_DTYPE)
 
 # The default suite: unit and integration tests. Long runs live in `make bench`.

@@ -88,6 +88,20 @@ TEST(CheckpointFormat, BitFlipTruncationAndMissingFilesAreDetectedNamingTheFile)
   EXPECT_NE(error.find("not a complete checkpoint"), std::string::npos) << error;
 }
 
+// A write the system refuses is an IoError (not the user's input), naming the path; bad bytes on
+// disk are an InputError. Here the target directory does not exist.
+TEST(CheckpointFormat, AFailedWriteIsAnIoErrorNamingThePath) {
+  testing::TempDir dir;
+  auto path = dir.path() / "missing" / "metadata.json";
+  try {
+    write_file_atomically(path, "{}");
+    FAIL() << "no error";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find((dir.path() / "missing").string()), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(entry_dtype("complex64", "x.json"), InputError);
+}
+
 TEST(CheckpointFormat, KeepLatestKNeverRemovesTheNewestComplete) {
   testing::TempDir dir;
   for (int64_t s : {10, 20, 30, 40}) save_sample(dir.path(), s);

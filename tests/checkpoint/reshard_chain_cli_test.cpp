@@ -85,7 +85,7 @@ void expect_chain_matches_one_run(const std::vector<Layout>& chain) {
   std::cout << names << ": max relative loss difference from one uninterrupted process " << worst << "\n";
 }
 
-// HSDP(2x2) -> FSDP(4) -> FSDP(2) -> 1 process -> FSDP(3): four of the reshard pairs,
+// HSDP(2x2) -> FSDP(4) -> FSDP(2) -> 1 process -> FSDP(3): four reshards in one chain,
 // with uneven shards (a 32-row vocab over 3 ranks is 11 + 11 + 10 rows) and dp degrees 4, 2, 1, 3.
 TEST(CliCheckpointReshard, FsdpLayoutChainMatchesOneRun) {
   expect_chain_matches_one_run({kHsdp, kFsdp4, kFsdp2, kOne, kFsdp3});

@@ -35,7 +35,7 @@ void expect_error_line(const RunResult& r, const std::string& needle) {
   EXPECT_NE(line.find(needle), std::string::npos) << "last line: " << line;
 }
 
-// Seed lesson: the planted pattern survives the whole path. The tiny job's data cycles through
+// The planted pattern survives the whole path. The tiny job's data cycles through
 // 0..15 (the 60-step job ends at loss ~0.003), so a model that learned it continues any run of the cycle; trained in process, exported
 // with the library, then sampled by the binary from the HF files alone.
 TEST(CliHf, GenerateReproducesThePlantedCycleFromAnExport) {

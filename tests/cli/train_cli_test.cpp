@@ -53,7 +53,7 @@ TEST(CliTrain, TrainsAndWritesMetricsJsonl) {
   EXPECT_NE(r.output.find("step:    60"), std::string::npos) << r.output;
 }
 
-// Seed lesson 2: metrics hold no per-step tensors, so live memory at the step boundary is the
+// Metrics hold no per-step tensors, so live memory at the step boundary is the
 // same at step 100 and step 200 however rarely we log. The leak check runs every 50 steps too.
 TEST(CliTrain, MemoryIsFlatUnderRareLogging) {
   TempDir dir;

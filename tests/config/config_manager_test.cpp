@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "ctitan/common/error.h"
+#include "ctitan/config/config_fields.h"
+#include "ctitan/config/config_help.h"
 #include "support/test_support.h"
 
 namespace ctitan::config {
@@ -25,8 +27,8 @@ TEST(ConfigManager, DefaultsMatchTorchtitan) {
   auto c = parse_job_config("", "empty");
   EXPECT_EQ(c.metrics.log_freq, 10);
   EXPECT_EQ(c.training.global_batch_size, -1);
-  EXPECT_EQ(c.training.mixed_precision_param, "bfloat16");
-  EXPECT_EQ(c.training.mixed_precision_reduce, "float32");
+  EXPECT_EQ(c.training.mixed_precision_param, c10::kBFloat16);
+  EXPECT_EQ(c.training.mixed_precision_reduce, c10::kFloat);
   EXPECT_EQ(c.training.housekeeping_freq, 50);
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 8e-4);
 }
@@ -57,9 +59,39 @@ TEST(ConfigManager, ErrorsNameTheKey) {
   expect_config_error("[debug]\ndeterministic = 1\n", {}, "debug.deterministic must be a boolean");
   expect_config_error("[training]\nsteps = 0\n", {}, "training.steps must be > 0");
   expect_config_error("[optimizer]\nbeta2 = 1.0\n", {}, "optimizer.beta2");
-  expect_config_error("[lr_scheduler]\ndecay_type = \"step\"\n", {}, "lr_scheduler.decay_type");
-  expect_config_error("[training]\nmixed_precision_param = \"fp8\"\n", {}, "training.mixed_precision_param");
+  expect_config_error("[lr_scheduler]\ndecay_type = \"step\"\n", {},
+                      "job.toml: lr_scheduler.decay_type must be linear, sqrt or cosine (got 'step')");
+  expect_config_error("[training]\nmixed_precision_param = \"fp8\"\n", {},
+                      "job.toml: training.mixed_precision_param must be bfloat16 or float32 (got 'fp8')");
+  expect_config_error("[checkpoint]\nexport_dtype = 16\n", {},
+                      "job.toml: checkpoint.export_dtype must be float32, bfloat16 or float16 (got integer)");
   expect_config_error("training = 3\n", {}, "[training] must be a table");
+}
+
+// A near miss names the key that was probably meant; a word far from every key gets no guess.
+TEST(ConfigManager, UnknownKeysSuggestTheNearestOne) {
+  expect_config_error("[training]\nstepz = 1\n", {}, "unknown key training.stepz (did you mean training.steps?)");
+  expect_config_error("", {"--optimizer.learning_rate", "1"}, "unknown key --optimizer.learning_rate");
+  expect_config_error("", {"--traning.seq_len", "8"}, "(did you mean training.seq_len?)");
+  try {
+    parse_job_config("", "job.toml", {"--optimizer.learning_rate", "1"});
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).find("did you mean"), std::string::npos) << e.what();
+  }
+}
+
+// `ctitan train --help` lists every key of the field table with its type, default and meaning.
+TEST(ConfigManager, KeysHelpListsEveryKeyWithTypeDefaultAndMeaning) {
+  auto help = keys_help();
+  JobConfig defaults;
+  for (const auto& f : config_fields(defaults)) {
+    EXPECT_NE(help.find("  " + f.dotted() + " "), std::string::npos) << f.dotted();
+    EXPECT_FALSE(f.help.empty()) << f.dotted() << " has no description";
+  }
+  EXPECT_NE(help.find("training.steps"), std::string::npos);
+  EXPECT_NE(help.find("integer = 10000"), std::string::npos) << help;
+  EXPECT_NE(help.find("every_microbatch|last_microbatch = every_microbatch"), std::string::npos) << help;
+  EXPECT_NE(help.find("bfloat16|float32 = bfloat16"), std::string::npos) << help;
 }
 
 TEST(ConfigManager, GlobalBatchMustDivide) {
@@ -72,6 +104,8 @@ TEST(ConfigManager, OverrideErrorsNameTheKey) {
   expect_config_error("", {"--training.steps", "3x"}, "--training.steps must be an integer");
   expect_config_error("", {"--training.steps"}, "--training.steps needs a value");
   expect_config_error("", {"--debug.deterministic", "maybe"}, "--debug.deterministic must be a boolean");
+  expect_config_error("", {"--parallelism.fsdp_gradient_sync", "sometimes"},
+                      "--parallelism.fsdp_gradient_sync must be every_microbatch or last_microbatch (got 'sometimes')");
   expect_config_error("", {"stray"}, "unexpected argument 'stray'");
   expect_config_error("", {"--training.no_steps"}, "--training.no_steps");
 }
@@ -81,10 +115,17 @@ TEST(ConfigManager, MissingFileIsAConfigError) {
 }
 
 TEST(ConfigManager, ToTomlRoundTrips) {
-  auto c = parse_job_config("", "x", {"--training.steps", "123", "--model.tokenizer_path", "a b"});
+  auto c = parse_job_config("", "x", {"--training.steps", "123", "--model.tokenizer_path", "a b",
+                                      "--lr_scheduler.decay_type", "cosine", "--checkpoint.export_dtype", "bfloat16",
+                                      "--parallelism.fsdp_reshard_after_forward=never"});
   auto again = parse_job_config(to_toml(c), "printed");
   EXPECT_EQ(again.training.steps, 123);
   EXPECT_EQ(again.model.tokenizer_path, "a b");
+  // Keys with fixed values are parsed once into enums and dtypes, and printed back by name.
+  EXPECT_EQ(again.lr_scheduler.decay_type, DecayType::kCosine);
+  EXPECT_EQ(again.checkpoint.export_dtype, c10::kBFloat16);
+  EXPECT_EQ(again.parallelism.fsdp_reshard_after_forward, ReshardAfterForward::kNever);
+  EXPECT_NE(to_toml(c).find("cosine"), std::string::npos) << to_toml(c);
   EXPECT_EQ(to_toml(again), to_toml(c));
 }
 

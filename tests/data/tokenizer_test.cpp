@@ -449,6 +449,11 @@ TEST_F(TokenizerFiles, CorruptFilesNameFileAndLine) {
 
   p = dir_ + "/does_not_exist";
   expect_load_error(p, p, "cannot open");
+
+  // A relative path says which directory it was resolved against.
+  expect_load_error("no_such_dir/tokenizer.model",
+                    "no_such_dir/tokenizer.model (relative to " + std::filesystem::current_path().string() + ")",
+                    "cannot open");
 }
 
 TEST(TokenizerFromRanks, RejectsBadVocabularies) {

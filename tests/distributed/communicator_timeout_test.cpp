@@ -1,43 +1,23 @@
-// Timeouts on libtorch 2.x: Communicator::set_timeout reaches the transport (c10d
-// Backend::setTimeout), so a timeout can be extended after the group was created, not only
-// shortened as with libtorch 1.13's Gloo. Two ranks are two threads sharing an in-memory store,
+// Communicator::set_timeout reaches the transport (c10d Backend::setTimeout), so a timeout can be
+// extended after the group was created, as well as shortened. Two ranks are two threads sharing an in-memory store,
 // as c10d's own C++ tests run Gloo.
 #include <gtest/gtest.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <chrono>
 #include <thread>
 
 #include "ctitan/distributed/communicator.h"
+#include "support/thread_ranks.h"
 
 namespace ctitan::distributed {
 namespace {
 
-// Runs fn(rank) on two threads; returns the first exception's message, or "".
-std::string on_two_ranks(const std::function<void(int)>& fn) {
-  std::string error;
-  std::mutex mutex;
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (error.empty()) error = e.what();
-      }
-    });
-  }
-  for (auto& t : ranks) t.join();
-  return error;
-}
-
 // Created with a 1 s timeout, extended to 30 s: rank 0 arriving 2.5 s late is then no error.
 // With Gloo's own timeout left at 1 s, rank 1's all_reduce would fail after 1 s.
 TEST(CommunicatorTimeout, SetTimeoutExtendsGloosOwnTimeout) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto store = testing::in_memory_store();
   std::vector<float> results(2, 0);
-  auto error = on_two_ranks([&](int rank) {
+  auto errors = testing::on_thread_ranks(2, [&](int rank) {
     auto comm = Communicator::create(store, "extend", rank, 2, std::chrono::seconds(1), "127.0.0.1");
     comm->set_timeout(std::chrono::seconds(30));
     EXPECT_EQ(comm->timeout(), std::chrono::seconds(30));
@@ -46,16 +26,16 @@ TEST(CommunicatorTimeout, SetTimeoutExtendsGloosOwnTimeout) {
     comm->all_reduce(t, ReduceOp::kSum);
     results[size_t(rank)] = t[0].item<float>();
   });
-  EXPECT_EQ(error, "");
+  EXPECT_EQ(testing::rank_errors(errors), "");
   EXPECT_EQ(results, std::vector<float>({3, 3}));
 }
 
 // The other direction still holds: shortened to 1 s, a peer 3 s late is a one-line timeout on the
 // rank that waited, naming the collective.
 TEST(CommunicatorTimeout, SetTimeoutShortensIt) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto store = testing::in_memory_store();
   std::string waited_error;
-  on_two_ranks([&](int rank) {
+  testing::on_thread_ranks(2, [&](int rank) {
     auto comm = Communicator::create(store, "shorten", rank, 2, std::chrono::seconds(30), "127.0.0.1");
     comm->set_timeout(std::chrono::seconds(1));
     auto t = torch::ones({4});

@@ -353,6 +353,27 @@ TEST(CliLauncher, LogDirHasEveryRanksOutputAndTheFilterOnlyHidesTheConsole) {
   }
 }
 
+// torchrun's routing: --redirects 1 sends stdout to the file only (stderr stays on the console),
+// --tee 0:2 adds rank 0's stderr to its file; --standalone needs no port; --rdzv-id and --role
+// reach the workers as torchrun passes them.
+TEST(CliLauncher, TorchrunsTeeRedirectsStandaloneRdzvIdAndRole) {
+  TempDir dir;
+  auto r = testing::run_ctitan(run_args({"--standalone", "--nproc_per_node", "2", "--log_dir", dir.file("logs"),
+                                         "--redirects", "1", "--tee", "0:2", "--rdzv_backend", "c10d",
+                                         "--rdzv_id", "job42", "--role", "trainer"},
+                                        "echo out$RANK $TORCHELASTIC_RUN_ID $ROLE_NAME; echo err$RANK >&2"),
+                               30);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int rank : {0, 1}) {
+    EXPECT_FALSE(contains(r.output, fmt::format("[rank{}]:out{}", rank, rank))) << "stdout is redirected\n" << r.output;
+    EXPECT_EQ(count_lines(r.output, fmt::format("[rank{}]:err{}", rank, rank)), 1) << r.output;
+    auto log = testing::read_file(dir.file(fmt::format("logs/attempt_0/rank_{}.log", rank)));
+    EXPECT_EQ(count_lines(log, fmt::format("out{} job42 trainer", rank)), 1) << log;
+    // Rank 0's stderr is teed to its file as well; rank 1's stderr is on the console only.
+    EXPECT_EQ(count_lines(log, fmt::format("err{}", rank)), rank == 0 ? 1 : 0) << log;
+  }
+}
+
 // --- 8. bad usage ----------------------------------------------------------------------------------
 
 TEST(CliLauncher, BadUsageIsOneLineAndExitTwo) {
@@ -369,6 +390,10 @@ TEST(CliLauncher, BadUsageIsOneLineAndExitTwo) {
       {{"run", "--rdzv-endpoint", "nohost", "--exec", "/bin/true"}, "--rdzv-endpoint 'nohost'"},
       {{"run", "--master-port", "0", "--exec", "/nonexistent/prog"}, "'/nonexistent/prog' is not an executable"},
       {{"run", "--master-port", "0", "--exec", "no-such-program-xyz"}, "'no-such-program-xyz' not found in PATH"},
+      {{"run", "--rdzv-backend", "etcd", "--exec", "/bin/true"}, "--rdzv-backend etcd is not supported"},
+      {{"run", "--standalone", "--tee", "3", "--exec", "/bin/true"}, "give --log-dir"},
+      {{"run", "--standalone", "--log-dir", "/tmp", "--redirects", "7", "--exec", "/bin/true"}, "--redirects '7'"},
+      {{"run", "--standalone", "--nnodes", "2", "--exec", "/bin/true"}, "--standalone runs one node"},
   };
   for (const auto& c : cases) {
     auto r = testing::run_ctitan(c.args, 30);

@@ -25,7 +25,7 @@ TEST(MetricsFile, ResumeKeepsRowsThroughTheResumedStepOnly) {
 
   // The logger appends after the kept rows.
   {
-    MetricsLogger logger(path);
+    MetricsLogger logger(path, "");
     StepMetrics m;
     m.step = 3;
     m.loss = 2.1;

@@ -54,5 +54,21 @@ TEST(CausalAttention, IgnoresAutocastForFp32Inputs) {
   testing::expect_close(got, expected, 1e-5, "output under autocast");
 }
 
+// Queries that start at position q_start > 0 against keys [0, q_start + T), as incremental
+// decoding runs them: each must equal the same query's row of the whole sequence's attention
+// (the mask aligns to the bottom right, not SDPA's top-left is_causal). fp32; the tolerance is
+// the one above: the same sums in another order.
+TEST(CausalAttention, QueriesAfterCachedKeysMatchTheFullSequence) {
+  torch::manual_seed(4);
+  auto x = qkv(2, 23, 2, 16, torch::kFloat);
+  auto whole = causal_attention_reference(x[0], x[1], x[2]);  // (B, 23, H*D)
+  for (int64_t q_start : {1, 10, 22}) {
+    auto q = x[0].narrow(1, q_start, 23 - q_start);
+    auto expected = whole.narrow(1, q_start, 23 - q_start);
+    testing::expect_close(causal_attention(q, x[1], x[2], q_start), expected, 1e-5, "fused");
+    testing::expect_close(causal_attention_reference(q, x[1], x[2], q_start), expected, 1e-5, "reference");
+  }
+}
+
 }  // namespace
 }  // namespace ctitan::ops

@@ -56,8 +56,7 @@ const std::vector<std::string> kThirtySteps = {"--training.steps", "30", "--metr
 
 // fp32. A sharded run differs from one process only in summation order: each rank's gradient is
 // a sum over its own samples, then the reduce-scatter adds the ranks' sums, ~1e-7 relative per
-// step, which AdamW carries forward. The figures printed below were at most a few 1e-7 when
-// written (docs/PERFORMANCE.md quotes them). The bounds, 1e-4 on the loss and 1e-3 on the grad
+// step, which AdamW carries forward. The figures printed below are at most a few 1e-7. The bounds, 1e-4 on the loss and 1e-3 on the grad
 // norm, leave orders of margin for other thread counts, yet a shard reduced twice, a missing
 // padding mask or a loss divided by N twice moves these by tens of percent.
 void expect_parity(const std::string& what, int nproc, const std::vector<std::string>& layout_args,
@@ -136,7 +135,7 @@ TEST(CliFsdp, Bf16StaysCloseToOneProcess) {
   EXPECT_LT(d.loss, 3e-2);
 }
 
-// Seed lesson 5: each FSDP rank holds 1/N of the parameters, gradients and optimizer state.
+// Each FSDP rank holds 1/N of the parameters, gradients and optimizer state.
 // Measured from the tensors' storage at the log step, against DDP's full replicas.
 TEST(CliFsdp, ModelStatePerRankIsAtMostAboutHalfOfDdp) {
   std::vector<std::string> common = {"--training.local_batch_size", "2", "--training.steps", "2"};

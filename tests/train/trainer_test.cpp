@@ -63,7 +63,7 @@ TEST(Trainer, LossFallsOnALearnableTask) {
 TEST(Trainer, Bf16Trains) {
   TempDir dir;
   auto config = ctitan::testing::tiny_job_config(dir.path());
-  config.training.mixed_precision_param = "bfloat16";
+  config.training.mixed_precision_param = torch::kBFloat16;
   Trainer trainer(config);
   trainer.train();
   auto last = trainer.forward_backward({trainer.dataloader().next()}).item<double>();

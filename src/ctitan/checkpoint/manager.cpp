@@ -24,12 +24,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-torch::ScalarType export_dtype(const std::string& name) {
-  if (name == "bfloat16") return torch::kBFloat16;
-  if (name == "float16") return torch::kHalf;
-  return torch::kFloat;
-}
-
 // False for unreadable metadata too: loading it then reports why.
 bool is_model_only(const std::filesystem::path& step_dir) {
   try {
@@ -46,7 +40,7 @@ CheckpointManager::CheckpointManager(const config::JobConfig& config, std::share
     : config_(config), config_toml_(config::to_toml(config)), coordinator_(std::move(coordinator)),
       world_(std::move(world)), place_(place),
       folder_(std::filesystem::path(config.job.dump_folder) / config.checkpoint.folder),
-      async_(config.checkpoint.async_mode == "async") {
+      async_(config.checkpoint.async_mode == config::AsyncMode::kAsync) {
   if (config_.checkpoint.create_seed_checkpoint && place_.world_size != 1) {
     throw ConfigError(fmt::format("checkpoint.create_seed_checkpoint needs a single process (got {} ranks)",
                                   place_.world_size));
@@ -84,6 +78,7 @@ std::string CheckpointManager::try_load(const std::filesystem::path& step_dir, P
 
 bool CheckpointManager::load(PartStates& state, const PartLayouts& layouts) {
   const auto& c = config_.checkpoint;
+  if (c.enable && c.keep_best) best_ = read_best(folder_);  // a resumed run keeps its best
   if (c.enable) {
     // Rank 0's listing is the one every rank walks, so all try the same checkpoints in order.
     std::string listing;
@@ -135,7 +130,7 @@ std::string CheckpointManager::save(int64_t step, PartStates state, const PartLa
   }
   if (model_only) {
     StateDict model;
-    for (const auto& [key, t] : state.at("model")) model[key] = t.detach().to(export_dtype(config_.checkpoint.export_dtype));
+    for (const auto& [key, t] : state.at("model")) model[key] = t.detach().to(config_.checkpoint.export_dtype);
     state = {{"model", model}};
   }
   SaveRequest request{folder_ / step_dir_name(step), step, model_only, config_toml_, place_.dp_rank, place_.dp_degree};
@@ -148,9 +143,19 @@ std::string CheckpointManager::save(int64_t step, PartStates state, const PartLa
   }
   const int64_t keep = config_.checkpoint.keep_latest_k;
   const bool purger = place_.rank == 0;
-  auto purge = [folder = folder_, keep, purger] {
+  // A new best is recorded once its checkpoint is committed, and is never purged.
+  const bool new_best = pending_best_ && pending_best_->step == step;
+  const BestCheckpoint best = new_best ? *pending_best_ : best_;
+  if (new_best) {
+    best_ = best;
+    pending_best_.reset();
+  }
+  auto purge = [folder = folder_, keep, purger, best, new_best] {
     if (!purger) return;
-    for (const auto& path : purge_old_checkpoints(folder, keep)) spdlog::info("removed old checkpoint {}", path.string());
+    if (new_best) write_best(folder, best);
+    for (const auto& path : purge_old_checkpoints(folder, keep, best.step)) {
+      spdlog::info("removed old checkpoint {}", path.string());
+    }
   };
   if (async_) {
     // Snapshot at the step boundary: the background thread writes copies while training goes on.
@@ -192,7 +197,7 @@ std::string CheckpointManager::save(int64_t step, PartStates state, const PartLa
 
 void CheckpointManager::save_seed(const PartStates& state) {
   auto error = save(0, state, {}, true);
-  if (!error.empty()) throw InputError(error);
+  if (!error.empty()) throw IoError(error);
   worker_.wait();
 }
 
@@ -215,7 +220,14 @@ bool CheckpointManager::any_rank_stopping() {
 
 bool CheckpointManager::save_due(int64_t step, bool last) const {
   const auto& c = config_.checkpoint;
-  return last || step % c.interval == 0 || (step == 1 && c.enable_first_step_checkpoint);
+  return last || step % c.interval == 0 || (step == 1 && c.enable_first_step_checkpoint) ||
+         (pending_best_ && pending_best_->step == step);
+}
+
+void CheckpointManager::record_validation_loss(int64_t step, double loss) {
+  if (!config_.checkpoint.enable || !config_.checkpoint.keep_best) return;
+  const double best_so_far = pending_best_ ? pending_best_->validation_loss : best_.validation_loss;
+  if (loss < best_so_far) pending_best_ = BestCheckpoint{step, loss};
 }
 
 bool CheckpointManager::after_step(int64_t step, bool last, const std::function<PartStates()>& state,
@@ -230,7 +242,7 @@ bool CheckpointManager::after_step(int64_t step, bool last, const std::function<
   if (!error.empty()) {
     // The previous checkpoint is intact; training goes on, except after the last step.
     save_failed_ = last || stop;
-    if (save_failed_) throw InputError(error);
+    if (save_failed_) throw IoError(error);
     spdlog::error("{}", error);
   }
   if (stop) finish();
@@ -273,7 +285,7 @@ void CheckpointManager::finish() {
   if (!async_error_.empty()) {
     auto error = async_error_;
     async_error_.clear();
-    throw InputError(error);
+    throw IoError(error);
   }
 }
 

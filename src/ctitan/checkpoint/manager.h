@@ -7,10 +7,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "ctitan/checkpoint/async_saver.h"
 #include "ctitan/checkpoint/coordinator.h"
+#include "ctitan/checkpoint/retention.h"
 #include "ctitan/checkpoint/state_loader.h"
 #include "ctitan/common/state_dict.h"
 #include "ctitan/config/job_config.h"
@@ -54,10 +56,13 @@ class CheckpointManager {
   void on_exception(int64_t step, bool optimizer_started, PartStates state, const PartLayouts& layouts,
                     const std::string& what);
 
+  // checkpoint.keep_best: the validation loss measured after `step` (the same on every rank). A new
+  // best makes after_step(step) save, and that checkpoint is kept by retention (best.json).
+  void record_validation_loss(int64_t step, double loss);
+
   // Waits for an async save in flight; throws if the last step's save failed.
   void finish();
 
-  std::filesystem::path folder() const { return folder_; }
   // Seconds the training thread was blocked by the last save (waiting for the previous one,
   // planning, snapshotting, and for a sync save, writing).
   double last_blocked_seconds() const { return last_blocked_seconds_; }
@@ -81,6 +86,8 @@ class CheckpointManager {
   PartStates boundary_state_;  // per-rank parts at the last step start
   int64_t boundary_step_ = -1;
   bool save_failed_ = false;   // the exception in flight is a failed save
+  BestCheckpoint best_;        // keep_best: the committed best (best.json)
+  std::optional<BestCheckpoint> pending_best_;  // a better validation loss, to be saved at its step
   std::map<std::string, torch::Tensor> staging_;  // async snapshot buffers by slice identity
   std::mutex error_mutex_;
   std::string async_error_;    // set by the background thread

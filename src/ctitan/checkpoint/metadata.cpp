@@ -10,39 +10,31 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "ctitan/common/dtype_names.h"
 #include "ctitan/common/error.h"
 
 namespace ctitan::checkpoint {
 namespace {
 
-const std::vector<std::pair<torch::ScalarType, const char*>> kDtypes = {
-    {torch::kFloat, "float32"}, {torch::kDouble, "float64"}, {torch::kBFloat16, "bfloat16"},
-    {torch::kHalf, "float16"},  {torch::kLong, "int64"},     {torch::kInt, "int32"},
-    {torch::kShort, "int16"},   {torch::kByte, "uint8"},     {torch::kChar, "int8"},
-    {torch::kBool, "bool"}};
-
 void fsync_path(const std::filesystem::path& path, int flags) {
   int fd = ::open(path.c_str(), flags);
-  if (fd < 0) throw InputError(fmt::format("checkpoint error: cannot open {}: {}", path.string(), std::strerror(errno)));
+  if (fd < 0) throw IoError(fmt::format("checkpoint error: cannot open {}: {}", path.string(), std::strerror(errno)));
   int rc = ::fsync(fd);
   int err = errno;
   ::close(fd);
-  if (rc != 0) throw InputError(fmt::format("checkpoint error: fsync {}: {}", path.string(), std::strerror(err)));
+  if (rc != 0) throw IoError(fmt::format("checkpoint error: fsync {}: {}", path.string(), std::strerror(err)));
 }
 
 }  // namespace
 
-std::string dtype_name(torch::ScalarType t) {
-  for (const auto& [type, name] : kDtypes) {
-    if (type == t) return name;
-  }
-  throw InputError(fmt::format("checkpoint error: cannot save dtype {}", c10::toString(t)));
+std::string entry_dtype_name(torch::ScalarType t) {
+  if (auto name = dtype_name(t)) return *name;
+  throw std::logic_error(fmt::format("checkpoint: a state tensor has dtype {}, which checkpoints do not store",
+                                     c10::toString(t)));
 }
 
-torch::ScalarType dtype_from_name(const std::string& name, const std::string& where) {
-  for (const auto& [type, n] : kDtypes) {
-    if (n == name) return type;
-  }
+torch::ScalarType entry_dtype(const std::string& name, const std::string& where) {
+  if (auto dtype = dtype_from_name(name)) return *dtype;
   throw InputError(fmt::format("checkpoint error: {}: unknown dtype '{}'", where, name));
 }
 
@@ -122,7 +114,7 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
   auto tmp = path;
   tmp += ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw InputError(fmt::format("checkpoint error: cannot create {}: {}", tmp.string(), std::strerror(errno)));
+  if (fd < 0) throw IoError(fmt::format("checkpoint error: cannot create {}: {}", tmp.string(), std::strerror(errno)));
   size_t done = 0;
   while (done < text.size()) {
     ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -131,7 +123,7 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
       int err = n < 0 ? errno : ENOSPC;
       ::close(fd);
       ::unlink(tmp.c_str());
-      throw InputError(fmt::format("checkpoint error: writing {}: {}", tmp.string(), std::strerror(err)));
+      throw IoError(fmt::format("checkpoint error: writing {}: {}", tmp.string(), std::strerror(err)));
     }
     done += size_t(n);
   }
@@ -140,11 +132,11 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
   ::close(fd);
   if (rc != 0) {
     ::unlink(tmp.c_str());
-    throw InputError(fmt::format("checkpoint error: fsync {}: {}", tmp.string(), std::strerror(err)));
+    throw IoError(fmt::format("checkpoint error: fsync {}: {}", tmp.string(), std::strerror(err)));
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) throw InputError(fmt::format("checkpoint error: rename {}: {}", tmp.string(), ec.message()));
+  if (ec) throw IoError(fmt::format("checkpoint error: rename {}: {}", tmp.string(), ec.message()));
   fsync_path(path.parent_path(), O_RDONLY | O_DIRECTORY);  // makes the rename itself durable
 }
 

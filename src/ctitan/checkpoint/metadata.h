@@ -42,8 +42,10 @@ struct Metadata {
   std::vector<SliceEntry> entries;
 };
 
-std::string dtype_name(torch::ScalarType t);
-torch::ScalarType dtype_from_name(const std::string& name, const std::string& where);
+// An entry's "dtype" field (common/dtype_names.h spellings). entry_dtype throws an InputError
+// naming `where` for a name it does not know.
+std::string entry_dtype_name(torch::ScalarType t);
+torch::ScalarType entry_dtype(const std::string& name, const std::string& where);
 std::string config_hash(const std::string& config_toml);
 
 nlohmann::json entry_to_json(const SliceEntry& e);

@@ -48,7 +48,7 @@ torch::Tensor CheckpointReader::read_entry(const SliceEntry& e) {
   auto path = step_dir_ / e.file;
   auto where = fmt::format("{} ({}/{} rows {}..{})", path.string(), e.part, e.key, e.row_offset,
                            e.row_offset + rows_of(e.shape));
-  auto dtype = dtype_from_name(e.dtype, path.string());
+  auto dtype = entry_dtype(e.dtype, path.string());
   auto t = torch::empty(e.shape, torch::TensorOptions(dtype));
   if (int64_t(t.nbytes()) != e.nbytes) {
     throw InputError(fmt::format("checkpoint error: {}: metadata says {} bytes for shape {}", where, e.nbytes,
@@ -108,7 +108,7 @@ torch::Tensor CheckpointReader::read_whole(const std::string& part, const std::s
   auto entries = entries_of(part, key, rank);
   if (rank >= 0) return read_entry(*entries[0]);  // per-rank tensors are saved whole
   auto t = torch::empty(entries[0]->global_shape,
-                        torch::TensorOptions(dtype_from_name(entries[0]->dtype, step_dir_.string())));
+                        torch::TensorOptions(entry_dtype(entries[0]->dtype, step_dir_.string())));
   read_into(part, key, t, 0, entries[0]->global_shape);
   return t;
 }

@@ -1,8 +1,13 @@
 #include "ctitan/checkpoint/retention.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "ctitan/checkpoint/metadata.h"
+#include "ctitan/common/error.h"
 
 namespace ctitan::checkpoint {
 
@@ -19,7 +24,8 @@ StepDirs list_step_dirs(const std::filesystem::path& folder) {
   return dirs;
 }
 
-std::vector<std::filesystem::path> purge_old_checkpoints(const std::filesystem::path& folder, int64_t keep) {
+std::vector<std::filesystem::path> purge_old_checkpoints(const std::filesystem::path& folder, int64_t keep,
+                                                         int64_t protect) {
   auto dirs = list_step_dirs(folder);
   std::vector<std::filesystem::path> removed;
   if (dirs.complete.empty()) return removed;
@@ -30,6 +36,7 @@ std::vector<std::filesystem::path> purge_old_checkpoints(const std::filesystem::
     if (step < dirs.complete.back()) doomed.push_back(step);
   }
   for (auto step : doomed) {
+    if (step == protect) continue;
     auto path = folder / step_dir_name(step);
     // Metadata first: a purge interrupted half-way leaves an incomplete dir, never a damaged checkpoint.
     std::error_code ec;
@@ -38,6 +45,22 @@ std::vector<std::filesystem::path> purge_old_checkpoints(const std::filesystem::
     if (!ec) removed.push_back(path);
   }
   return removed;
+}
+
+BestCheckpoint read_best(const std::filesystem::path& folder) {
+  const auto path = folder / kBestFile;
+  if (!std::filesystem::exists(path)) return {};
+  try {
+    auto j = nlohmann::json::parse(std::ifstream(path));
+    return {j.at("step").get<int64_t>(), j.at("validation_loss").get<double>()};
+  } catch (const std::exception& e) {
+    throw InputError(fmt::format("checkpoint error: {}: {}", path.string(), e.what()));
+  }
+}
+
+void write_best(const std::filesystem::path& folder, const BestCheckpoint& best) {
+  write_file_atomically(folder / kBestFile,
+                        nlohmann::json{{"step", best.step}, {"validation_loss", best.validation_loss}}.dump(2) + "\n");
 }
 
 }  // namespace ctitan::checkpoint

@@ -13,7 +13,7 @@ namespace {
 void agree_on(Coordinator& coordinator, const std::string& status, const SaveRequest& request) {
   auto all = coordinator.all_gather(coordinator.rank() == 0 ? status : "");
   if (!all[0].empty()) {
-    throw InputError(fmt::format("checkpoint save of {} failed ({}); older checkpoints are intact",
+    throw IoError(fmt::format("checkpoint save of {} failed ({}); older checkpoints are intact",
                                  request.step_dir.string(), all[0]));
   }
 }

@@ -47,7 +47,7 @@ class OutputFile {
 
  private:
   [[noreturn]] void fail(const char* what) {
-    throw InputError(fmt::format("checkpoint error: {} {}: {}", what, path_.string(), std::strerror(errno)));
+    throw IoError(fmt::format("checkpoint error: {} {}: {}", what, path_.string(), std::strerror(errno)));
   }
   std::filesystem::path path_;
   int fd_ = -1;
@@ -69,7 +69,7 @@ std::vector<SliceEntry> write_rank_file(const std::filesystem::path& step_dir, i
     const auto nbytes = int64_t(t.nbytes());
     const char* bytes = static_cast<const char*>(t.data_ptr());
     out.write(bytes, size_t(nbytes));
-    entries.push_back({s.part, s.key, s.rank, dtype_name(t.scalar_type()), s.global_shape, t.sizes().vec(),
+    entries.push_back({s.part, s.key, s.rank, entry_dtype_name(t.scalar_type()), s.global_shape, t.sizes().vec(),
                        s.row_offset, file, offset, nbytes, crc32(bytes, size_t(nbytes))});
     offset += nbytes;
   }

@@ -6,7 +6,9 @@
 #include <filesystem>
 #include <regex>
 
+#include "ctitan/checkpoint/metadata.h"
 #include "ctitan/checkpoint/model_io.h"
+#include "ctitan/checkpoint/retention.h"
 #include "ctitan/checkpoint/hf/hf_config.h"
 #include "ctitan/checkpoint/hf/hf_export.h"
 #include "ctitan/checkpoint/hf/hf_import.h"
@@ -78,10 +80,12 @@ void add_checkpoint_export_commands(CLI::App& app) {
   struct ExportArgs {
     std::string input, output, format = "safetensors", dtype = "float32", max_shard_size = "5GB";
     std::string config, tokenizer;
+    bool best = false;
   };
   auto ea = std::make_shared<ExportArgs>();
   auto* exp = group.add_subcommand("export", "Write a model as a Hugging Face LlamaForCausalLM directory");
-  exp->add_option("--input", ea->input, "Model: a checkpoint step directory or an HF export")->required();
+  exp->add_option("--input", ea->input, "Model: a checkpoint step directory or an HF export (with --best: a checkpoint folder)")->required();
+  exp->add_flag("--best", ea->best, "--input is a checkpoint folder: export its best step (checkpoint.keep_best's best.json)");
   exp->add_option("--output", ea->output, "New directory to write")->required();
   exp->add_option("--format", ea->format, "Output format (only safetensors)");
   exp->add_option("--dtype", ea->dtype, "float32 | bfloat16 | float16");
@@ -91,8 +95,17 @@ void add_checkpoint_export_commands(CLI::App& app) {
   exp->callback([ea] {
     if (ea->format != "safetensors") throw InputError(fmt::format("--format '{}' is unknown (only safetensors)", ea->format));
     checkpoint::hf::HfExportOptions options;
-    options.dtype = checkpoint::hf::dtype_from_name(ea->dtype, "--dtype");
+    options.dtype = checkpoint::hf::float_dtype_from_name(ea->dtype, "--dtype");
     options.max_shard_bytes = parse_size(ea->max_shard_size);
+    if (ea->best) {
+      auto best = checkpoint::read_best(ea->input);
+      if (best.step < 0) {
+        throw InputError(fmt::format("checkpoint export --best: {} has no {} (train with checkpoint.keep_best = true)",
+                                     ea->input, checkpoint::kBestFile));
+      }
+      ea->input = (std::filesystem::path(ea->input) / checkpoint::step_dir_name(best.step)).string();
+      spdlog::info("best checkpoint: {} (validation loss {:.4f})", ea->input, best.validation_loss);
+    }
     auto source = open_model_source(ea->input, ea->config);
     options.tokenizer_path = ea->tokenizer.empty() ? source.tokenizer_path : ea->tokenizer;
     int files = checkpoint::hf::export_hf(source.model, source.args, options, ea->output);

@@ -7,8 +7,6 @@ namespace ctitan::cli {
 void add_train_command(CLI::App& app);
 void add_tokenizer_command(CLI::App& app);
 void add_data_command(CLI::App& app);
-void add_selftest_command(CLI::App& app);
-void add_mesh_selftest(CLI::App& selftest);  // a subcommand of `selftest`
 void add_run_command(CLI::App& app);
 // `ctitan checkpoint ...`: a group; each subcommand registers itself on it (checkpoint.cpp).
 void add_checkpoint_command(CLI::App& app);

@@ -25,7 +25,6 @@ int main(int argc, char** argv) {
   ctitan::cli::add_train_command(app);
   ctitan::cli::add_tokenizer_command(app);
   ctitan::cli::add_data_command(app);
-  ctitan::cli::add_selftest_command(app);
   ctitan::cli::add_run_command(app);
   // The group first: export/import register on the group it created.
   ctitan::cli::add_checkpoint_command(app);
@@ -41,6 +40,12 @@ int main(int argc, char** argv) {
   } catch (const ctitan::InputError& e) {
     fmt::print(stderr, "ctitan: {}\n", first_line(e.what()));
     return e.exit_code();
+  } catch (const ctitan::IoError& e) {
+    fmt::print(stderr, "ctitan: {}\n", first_line(e.what()));
+    return 1;
+  } catch (const std::logic_error& e) {
+    fmt::print(stderr, "ctitan: internal error: {}\n", first_line(e.what()));
+    return 1;
   } catch (const ctitan::train::LeakError& e) {
     fmt::print(stderr, "ctitan: {}\n", e.what());
     return 3;

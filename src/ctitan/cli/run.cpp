@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <sstream>
 
 #include "ctitan/cli/commands.h"
@@ -44,6 +45,46 @@ void parse_endpoint(const std::string& endpoint, launcher::LaunchOptions& option
   options.master_addr = host;
 }
 
+// torchrun's --tee / --redirects value: "3" for every local rank, or "0:1,1:3" per local rank;
+// 0 none, 1 stdout, 2 stderr, 3 both.
+std::map<int, int> parse_streams(const std::string& flag, const std::string& text) {
+  auto fail = [&] {
+    return InputError(fmt::format("run: {} '{}' must be 0-3 (0 none, 1 stdout, 2 stderr, 3 both) or "
+                                  "LOCAL_RANK:N,... (e.g. 0:3,1:1)", flag, text), 2);
+  };
+  auto stream_mask = [&](const std::string& item) {
+    if (item.size() != 1 || item[0] < '0' || item[0] > '3') throw fail();
+    return item[0] - '0';
+  };
+  std::map<int, int> out;
+  if (text.find(':') == std::string::npos) {
+    out[-1] = stream_mask(text);
+    return out;
+  }
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    auto colon = item.find(':');
+    if (colon == std::string::npos) throw fail();
+    try {
+      size_t used = 0;
+      int rank = std::stoi(item.substr(0, colon), &used);
+      if (used != colon || rank < 0) throw fail();
+      out[rank] = stream_mask(item.substr(colon + 1));
+    } catch (const std::logic_error&) {  // std::stoi: not a number, or out of range
+      throw fail();
+    }
+  }
+  return out;
+}
+
+// ctitan's launchers always meet on node 0's TCPStore, which is torchrun's c10d backend (and its
+// static one, when every node is given its rank).
+void check_rdzv_backend(const std::string& backend) {
+  if (backend == "c10d" || backend == "static") return;
+  throw InputError(fmt::format("run: --rdzv-backend {} is not supported: ctitan's launchers rendezvous on node 0's "
+                               "TCPStore (c10d or static)", backend), 2);
+}
+
 }  // namespace
 
 void add_run_command(CLI::App& app) {
@@ -52,6 +93,11 @@ void add_run_command(CLI::App& app) {
   auto options = std::make_shared<launcher::LaunchOptions>();
   auto filter = std::make_shared<std::string>();
   auto endpoint = std::make_shared<std::string>();
+  struct TorchrunFlags {
+    bool standalone = false;
+    std::string rdzv_backend = "c10d", tee, redirects;
+  };
+  auto torchrun = std::make_shared<TorchrunFlags>();
   cmd->add_option("--nproc-per-node,--nproc_per_node", options->nproc_per_node, "Workers on this node")
       ->capture_default_str();
   cmd->add_option("--nnodes", options->nnodes, "Nodes (launchers) in the job")->capture_default_str();
@@ -61,6 +107,16 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--master-port,--master_port", options->master_port, "Store port on node 0 (0: any free port)")
       ->capture_default_str();
   cmd->add_option("--rdzv-endpoint,--rdzv_endpoint", *endpoint, "HOST:PORT, sets --master-addr and --master-port");
+  cmd->add_flag("--standalone", torchrun->standalone, "One node on localhost with a free port (--nnodes 1 --master-port 0)");
+  cmd->add_option("--rdzv-backend,--rdzv_backend", torchrun->rdzv_backend, "c10d or static (both: node 0's TCPStore)")
+      ->capture_default_str();
+  cmd->add_option("--rdzv-id,--rdzv_id", options->rdzv_id, "Job id, given to workers as TORCHELASTIC_RUN_ID")
+      ->capture_default_str();
+  cmd->add_option("--role", options->role, "Worker role, given to workers as ROLE_NAME")->capture_default_str();
+  cmd->add_option("--tee", torchrun->tee,
+                  "Streams also written to --log-dir: 0 none, 1 stdout, 2 stderr, 3 both, or LOCAL_RANK:N,...");
+  cmd->add_option("--redirects", torchrun->redirects,
+                  "Streams written to --log-dir instead of the console: same values as --tee");
   cmd->add_option("--max-restarts,--max_restarts", options->max_restarts, "Restarts of all workers after a failure")
       ->capture_default_str();
   cmd->add_option("--local-ranks-filter,--local_ranks_filter", *filter,
@@ -79,11 +135,19 @@ void add_run_command(CLI::App& app) {
                 "Run PROG ARGS... instead of a ctitan subcommand");
   // Everything from the first positional on (the subcommand or program) belongs to the workers.
   cmd->prefix_command();
-  cmd->callback([cmd, options, filter, endpoint] {
+  cmd->callback([cmd, options, filter, endpoint, torchrun] {
     options->command = cmd->remaining();
     if (!options->command.empty() && options->command.front() == "--") options->command.erase(options->command.begin());
     if (!filter->empty()) options->local_ranks_filter = parse_rank_list(*filter);
     if (!endpoint->empty()) parse_endpoint(*endpoint, *options);
+    check_rdzv_backend(torchrun->rdzv_backend);
+    if (torchrun->standalone) {
+      if (options->nnodes != 1) throw InputError("run: --standalone runs one node; drop --nnodes", 2);
+      options->master_addr = "127.0.0.1";
+      options->master_port = 0;
+    }
+    if (!torchrun->tee.empty()) options->tee = parse_streams("--tee", torchrun->tee);
+    if (!torchrun->redirects.empty()) options->redirects = parse_streams("--redirects", torchrun->redirects);
     int code = launcher::launch(*options);
     // A worker failure is not an exception: the launcher has printed its summary, and its exit
     // code (1, or 128+signal) is the whole answer.

@@ -5,6 +5,7 @@
 
 #include "ctitan/cli/commands.h"
 #include "ctitan/common/threads.h"
+#include "ctitan/config/config_help.h"
 #include "ctitan/config/config_manager.h"
 #include "ctitan/train/trainer.h"
 
@@ -17,6 +18,7 @@ void add_train_command(CLI::App& app) {
   // Overrides are not declared to CLI11: the config table is their single definition, and
   // config::load_job_config rejects unknown keys with the key's name.
   cmd->allow_extras();
+  cmd->footer(config::keys_help());
   cmd->callback([cmd, config_path] {
     auto config = config::load_job_config(*config_path, cmd->remaining());
     configure_threads();

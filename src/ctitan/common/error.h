@@ -23,6 +23,17 @@ class ConfigError : public InputError {
   explicit ConfigError(const std::string& message) : InputError("config error: " + message, 2) {}
 };
 
+// The system failed an operation ctitan needed while it ran: a write to a full or read-only disk,
+// an fsync, a rename, a log file. Not the user's input, but the message is still one line naming
+// the path; the CLI prints it and exits 1.
+class IoError : public std::runtime_error {
+ public:
+  explicit IoError(const std::string& message) : std::runtime_error(message) {}
+};
+
+// A bug in ctitan itself (an internal lookup that cannot fail on valid use) is std::logic_error:
+// the CLI prints it as "internal error".
+
 // Not an error of ctitan's own: a command has already reported its outcome (e.g. `ctitan run`'s
 // summary of a failed worker) and only the exit code is left to return. main() prints nothing.
 class ExitStatus : public std::runtime_error {

@@ -1,87 +1,152 @@
 #include "ctitan/config/config_fields.h"
 
+#include <utility>
+
+#include "ctitan/common/dtype_names.h"
+
 namespace ctitan::config {
+namespace {
+
+template <typename T>
+using NameTable = std::vector<std::pair<T, std::string>>;
+
+const NameTable<DecayType> kDecayTypes = {
+    {DecayType::kLinear, "linear"}, {DecayType::kSqrt, "sqrt"}, {DecayType::kCosine, "cosine"}};
+const NameTable<ReshardAfterForward> kReshardModes = {{ReshardAfterForward::kDefault, "default"},
+                                                      {ReshardAfterForward::kAlways, "always"},
+                                                      {ReshardAfterForward::kNever, "never"}};
+const NameTable<GradientSync> kGradientSyncs = {{GradientSync::kEveryMicrobatch, "every_microbatch"},
+                                                {GradientSync::kLastMicrobatch, "last_microbatch"}};
+const NameTable<AsyncMode> kAsyncModes = {{AsyncMode::kDisabled, "disabled"}, {AsyncMode::kAsync, "async"}};
+
+NameTable<c10::ScalarType> dtypes(std::initializer_list<c10::ScalarType> allowed) {
+  NameTable<c10::ScalarType> table;
+  for (auto dtype : allowed) table.emplace_back(dtype, *dtype_name(dtype));
+  return table;
+}
+
+template <typename T>
+Choice choice(T* member, const NameTable<T>& table) {
+  Choice c;
+  for (const auto& [value, name] : table) c.names.push_back(name);
+  c.set = [member, table](size_t i) { *member = table.at(i).first; };
+  c.current = [member, table] {
+    for (size_t i = 0; i < table.size(); ++i) {
+      if (table[i].first == *member) return i;
+    }
+    return size_t(0);  // unreachable: members are only set from the table or its defaults
+  };
+  return c;
+}
+
+template <typename T>
+std::string name_in(const NameTable<T>& table, T value) {
+  for (const auto& [v, name] : table) {
+    if (v == value) return name;
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string Choice::allowed() const {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    out += names[i];
+    if (i + 2 < names.size()) out += ", ";
+    else if (i + 2 == names.size()) out += " or ";
+  }
+  return out;
+}
+
+std::string name_of(DecayType v) { return name_in(kDecayTypes, v); }
+std::string name_of(ReshardAfterForward v) { return name_in(kReshardModes, v); }
+std::string name_of(GradientSync v) { return name_in(kGradientSyncs, v); }
+std::string name_of(AsyncMode v) { return name_in(kAsyncModes, v); }
 
 std::vector<Field> config_fields(JobConfig& c) {
   return {
-      {"job", "dump_folder", &c.job.dump_folder},
-      {"job", "description", &c.job.description},
-      {"job", "print_config", &c.job.print_config},
+      {"job", "dump_folder", &c.job.dump_folder, "output folder: metrics.jsonl, checkpoints, traces, TensorBoard"},
+      {"job", "description", &c.job.description, "free text, printed at startup"},
+      {"job", "print_config", &c.job.print_config, "print the resolved config as TOML at startup"},
 
-      {"model", "name", &c.model.name},
-      {"model", "flavor", &c.model.flavor},
-      {"model", "tokenizer_path", &c.model.tokenizer_path},
-      {"model", "dim", &c.model.dim},
-      {"model", "n_layers", &c.model.n_layers},
-      {"model", "n_heads", &c.model.n_heads},
-      {"model", "n_kv_heads", &c.model.n_kv_heads},
-      {"model", "vocab_size", &c.model.vocab_size},
-      {"model", "rope_theta", &c.model.rope_theta},
-      {"model", "norm_eps", &c.model.norm_eps},
+      {"model", "name", &c.model.name, "model family; only llama3 exists"},
+      {"model", "flavor", &c.model.flavor, "model size: debugmodel | 134M | 8B | 70B | 405B"},
+      {"model", "tokenizer_path", &c.model.tokenizer_path, "tiktoken rank file (Llama 3's tokenizer.model format)"},
+      {"model", "dim", &c.model.dim, "model width; 0 keeps the flavor's"},
+      {"model", "n_layers", &c.model.n_layers, "transformer blocks; 0 keeps the flavor's"},
+      {"model", "n_heads", &c.model.n_heads, "attention heads; 0 keeps the flavor's"},
+      {"model", "n_kv_heads", &c.model.n_kv_heads, "key/value heads (GQA); 0 keeps the flavor's"},
+      {"model", "vocab_size", &c.model.vocab_size, "vocabulary size (at least the tokenizer's); 0 keeps the flavor's"},
+      {"model", "rope_theta", &c.model.rope_theta, "RoPE base; 0 keeps the flavor's"},
+      {"model", "norm_eps", &c.model.norm_eps, "RMSNorm epsilon; 0 keeps the flavor's"},
 
-      {"optimizer", "name", &c.optimizer.name},
-      {"optimizer", "lr", &c.optimizer.lr},
-      {"optimizer", "eps", &c.optimizer.eps},
-      {"optimizer", "weight_decay", &c.optimizer.weight_decay},
-      {"optimizer", "beta1", &c.optimizer.beta1},
-      {"optimizer", "beta2", &c.optimizer.beta2},
+      {"optimizer", "name", &c.optimizer.name, "only AdamW"},
+      {"optimizer", "lr", &c.optimizer.lr, "peak learning rate"},
+      {"optimizer", "eps", &c.optimizer.eps, "AdamW epsilon"},
+      {"optimizer", "weight_decay", &c.optimizer.weight_decay, "decoupled weight decay, applied to every parameter"},
+      {"optimizer", "beta1", &c.optimizer.beta1, "first-moment decay"},
+      {"optimizer", "beta2", &c.optimizer.beta2, "second-moment decay"},
 
-      {"lr_scheduler", "warmup_steps", &c.lr_scheduler.warmup_steps},
-      {"lr_scheduler", "decay_ratio", &c.lr_scheduler.decay_ratio},
-      {"lr_scheduler", "decay_type", &c.lr_scheduler.decay_type},
-      {"lr_scheduler", "min_lr_factor", &c.lr_scheduler.min_lr_factor},
+      {"lr_scheduler", "warmup_steps", &c.lr_scheduler.warmup_steps, "linear warmup length"},
+      {"lr_scheduler", "decay_ratio", &c.lr_scheduler.decay_ratio, "fraction of steps spent decaying; < 0 means all after warmup"},
+      {"lr_scheduler", "decay_type", choice(&c.lr_scheduler.decay_type, kDecayTypes), "shape of the decay after warmup and the stable phase"},
+      {"lr_scheduler", "min_lr_factor", &c.lr_scheduler.min_lr_factor, "lr never drops below min_lr_factor * lr"},
 
-      {"training", "local_batch_size", &c.training.local_batch_size},
-      {"training", "global_batch_size", &c.training.global_batch_size},
-      {"training", "seq_len", &c.training.seq_len},
-      {"training", "steps", &c.training.steps},
-      {"training", "max_norm", &c.training.max_norm},
-      {"training", "dataset", &c.training.dataset},
-      {"training", "dataset_path", &c.training.dataset_path},
-      {"training", "mixed_precision_param", &c.training.mixed_precision_param},
-      {"training", "mixed_precision_reduce", &c.training.mixed_precision_reduce},
-      {"training", "housekeeping_freq", &c.training.housekeeping_freq},
+      {"training", "local_batch_size", &c.training.local_batch_size, "sequences per microbatch on this rank"},
+      {"training", "global_batch_size", &c.training.global_batch_size, "sequences per optimizer step over all ranks; -1 = local"},
+      {"training", "seq_len", &c.training.seq_len, "tokens per sequence"},
+      {"training", "steps", &c.training.steps, "optimizer steps to run"},
+      {"training", "max_norm", &c.training.max_norm, "gradient clipping threshold (global L2 norm); <= 0 disables"},
+      {"training", "dataset", &c.training.dataset, "file format: auto | text | jsonl | tokens"},
+      {"training", "dataset_path", &c.training.dataset_path, "file or directory"},
+      {"training", "mixed_precision_param", choice(&c.training.mixed_precision_param, dtypes({c10::kBFloat16, c10::kFloat})), "compute dtype (FSDP: the all-gather dtype too)"},
+      {"training", "mixed_precision_reduce", choice(&c.training.mixed_precision_reduce, dtypes({c10::kFloat, c10::kBFloat16})), "FSDP's gradient reduce-scatter dtype"},
+      {"training", "housekeeping_freq", &c.training.housekeeping_freq, "run synchronized housekeeping every N steps (torchtitan gc_freq)"},
 
-      {"debug", "seed", &c.debug.seed},
-      {"debug", "deterministic", &c.debug.deterministic},
-      {"debug", "check_leaks", &c.debug.check_leaks},
+      {"debug", "seed", &c.debug.seed, "seeds parameter init and every RNG"},
+      {"debug", "deterministic", &c.debug.deterministic, "use deterministic algorithms only"},
+      {"debug", "check_leaks", &c.debug.check_leaks, "at housekeeping steps, fail if live tensor bytes grew"},
 
-      {"metrics", "log_freq", &c.metrics.log_freq},
-      {"metrics", "peak_flops", &c.metrics.peak_flops},
-      {"metrics", "enable_jsonl", &c.metrics.enable_jsonl},
+      {"metrics", "log_freq", &c.metrics.log_freq, "log every N steps (and the last step)"},
+      {"metrics", "peak_flops", &c.metrics.peak_flops, "FLOP/s for MFU; 0 = probe a GEMM at startup (cached)"},
+      {"metrics", "enable_jsonl", &c.metrics.enable_jsonl, "write {dump_folder}/metrics.jsonl"},
+      {"metrics", "enable_tensorboard", &c.metrics.enable_tensorboard, "write TensorBoard events (rank 0), as torchtitan"},
+      {"metrics", "save_tb_folder", &c.metrics.save_tb_folder, "under job.dump_folder, then one YYYYmmdd-HHMM folder per run"},
 
-      {"profiling", "enable_profiling", &c.profiling.enable_profiling},
-      {"profiling", "profile_freq", &c.profiling.profile_freq},
-      {"profiling", "save_traces_folder", &c.profiling.save_traces_folder},
+      {"profiling", "enable_profiling", &c.profiling.enable_profiling, "record an op-level trace of some steps"},
+      {"profiling", "profile_freq", &c.profiling.profile_freq, "trace every N-th step (steps N, 2N, ...)"},
+      {"profiling", "save_traces_folder", &c.profiling.save_traces_folder, "traces go under job.dump_folder/this"},
 
-      {"validation", "enable", &c.validation.enable},
-      {"validation", "freq", &c.validation.freq},
-      {"validation", "steps", &c.validation.steps},
-      {"validation", "dataset", &c.validation.dataset},
-      {"validation", "dataset_path", &c.validation.dataset_path},
+      {"validation", "enable", &c.validation.enable, "run a validation loop"},
+      {"validation", "freq", &c.validation.freq, "every N training steps (and the last step)"},
+      {"validation", "steps", &c.validation.steps, "batches per validation run"},
+      {"validation", "dataset", &c.validation.dataset, "defaults to training.dataset"},
+      {"validation", "dataset_path", &c.validation.dataset_path, "defaults to training.dataset_path"},
 
-      {"parallelism", "data_parallel_replicate_degree", &c.parallelism.data_parallel_replicate_degree},
-      {"parallelism", "data_parallel_shard_degree", &c.parallelism.data_parallel_shard_degree},
-      {"parallelism", "tensor_parallel_degree", &c.parallelism.tensor_parallel_degree},
-      {"parallelism", "bucket_cap_mb", &c.parallelism.bucket_cap_mb},
-      {"parallelism", "fsdp_reshard_after_forward", &c.parallelism.fsdp_reshard_after_forward},
-      {"parallelism", "fsdp_gradient_sync", &c.parallelism.fsdp_gradient_sync},
+      {"parallelism", "data_parallel_replicate_degree", &c.parallelism.data_parallel_replicate_degree, "DDP (or HSDP's replica) dimension"},
+      {"parallelism", "data_parallel_shard_degree", &c.parallelism.data_parallel_shard_degree, "FSDP dimension; -1 = the ranks left over"},
+      {"parallelism", "tensor_parallel_degree", &c.parallelism.tensor_parallel_degree, "TP dimension (TP is not implemented yet: must be 1)"},
+      {"parallelism", "bucket_cap_mb", &c.parallelism.bucket_cap_mb, "DDP gradient bucket size"},
+      {"parallelism", "fsdp_reshard_after_forward", choice(&c.parallelism.fsdp_reshard_after_forward, kReshardModes), "FSDP: free a block's gathered parameters after its forward"},
+      {"parallelism", "fsdp_gradient_sync", choice(&c.parallelism.fsdp_gradient_sync, kGradientSyncs), "FSDP with accumulation: reduce-scatter every microbatch, or only the last"},
 
-      {"comm", "init_timeout_seconds", &c.comm.init_timeout_seconds},
-      {"comm", "train_timeout_seconds", &c.comm.train_timeout_seconds},
+      {"comm", "init_timeout_seconds", &c.comm.init_timeout_seconds, "rendezvous and the first step's collectives"},
+      {"comm", "train_timeout_seconds", &c.comm.train_timeout_seconds, "every collective after the first step"},
 
-      {"checkpoint", "enable", &c.checkpoint.enable},
-      {"checkpoint", "folder", &c.checkpoint.folder},
-      {"checkpoint", "interval", &c.checkpoint.interval},
-      {"checkpoint", "load_step", &c.checkpoint.load_step},
-      {"checkpoint", "keep_latest_k", &c.checkpoint.keep_latest_k},
-      {"checkpoint", "async_mode", &c.checkpoint.async_mode},
-      {"checkpoint", "last_save_model_only", &c.checkpoint.last_save_model_only},
-      {"checkpoint", "export_dtype", &c.checkpoint.export_dtype},
-      {"checkpoint", "enable_first_step_checkpoint", &c.checkpoint.enable_first_step_checkpoint},
-      {"checkpoint", "create_seed_checkpoint", &c.checkpoint.create_seed_checkpoint},
-      {"checkpoint", "initial_load_path", &c.checkpoint.initial_load_path},
-      {"checkpoint", "initial_load_model_only", &c.checkpoint.initial_load_model_only},
+      {"checkpoint", "enable", &c.checkpoint.enable, "save checkpoints and resume from the newest valid one"},
+      {"checkpoint", "folder", &c.checkpoint.folder, "under job.dump_folder; holds step-N/ directories"},
+      {"checkpoint", "interval", &c.checkpoint.interval, "save every N steps (and at the last step)"},
+      {"checkpoint", "load_step", &c.checkpoint.load_step, "step to resume from; -1 = the newest valid checkpoint"},
+      {"checkpoint", "keep_latest_k", &c.checkpoint.keep_latest_k, "keep the newest k complete checkpoints; 0 keeps all"},
+      {"checkpoint", "keep_best", &c.checkpoint.keep_best, "also save and keep the step with the best validation loss (best.json)"},
+      {"checkpoint", "async_mode", choice(&c.checkpoint.async_mode, kAsyncModes), "async: checkpoints are written by a background thread"},
+      {"checkpoint", "last_save_model_only", &c.checkpoint.last_save_model_only, "the save at the last step holds the model only"},
+      {"checkpoint", "export_dtype", choice(&c.checkpoint.export_dtype, dtypes({c10::kFloat, c10::kBFloat16, c10::kHalf})), "dtype of model-only saves"},
+      {"checkpoint", "enable_first_step_checkpoint", &c.checkpoint.enable_first_step_checkpoint, "also save after step 1"},
+      {"checkpoint", "create_seed_checkpoint", &c.checkpoint.create_seed_checkpoint, "write a step-0 model-only checkpoint and exit (1 process)"},
+      {"checkpoint", "initial_load_path", &c.checkpoint.initial_load_path, "a step dir to start from when the folder has none"},
+      {"checkpoint", "initial_load_model_only", &c.checkpoint.initial_load_model_only, "from initial_load_path, load the model only"},
   };
 }
 

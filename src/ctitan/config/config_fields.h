@@ -2,6 +2,7 @@
 // The table of every config key: its dotted name and the struct member it sets. Parsing TOML,
 // applying overrides and printing the config all walk this one table, so a key added here is
 // automatically accepted, overridable and printed.
+#include <functional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -10,13 +11,29 @@
 
 namespace ctitan::config {
 
+// A key whose value is one of a few names, held in the config as an enum or a dtype.
+struct Choice {
+  std::vector<std::string> names;   // the accepted TOML values
+  std::function<void(size_t)> set;  // stores the value that names[i] stands for
+  std::function<size_t()> current;  // the index in `names` of the stored value
+  std::string allowed() const;      // "a, b or c", for error messages
+};
+
 struct Field {
   std::string section;
   std::string key;
-  std::variant<int64_t*, double*, bool*, std::string*> target;
+  std::variant<int64_t*, double*, bool*, std::string*, Choice> target;
+  std::string help;  // one line, shown by `ctitan train --help`
   std::string dotted() const { return section + "." + key; }
 };
 
 std::vector<Field> config_fields(JobConfig& config);
+
+// The TOML name of a choice value, for logs: name_of(GradientSync::kLastMicrobatch) is
+// "last_microbatch".
+std::string name_of(DecayType v);
+std::string name_of(ReshardAfterForward v);
+std::string name_of(GradientSync v);
+std::string name_of(AsyncMode v);
 
 }  // namespace ctitan::config

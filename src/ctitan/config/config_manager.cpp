@@ -9,6 +9,7 @@
 
 #include "ctitan/common/error.h"
 #include "ctitan/config/config_fields.h"
+#include "ctitan/config/config_help.h"
 
 namespace ctitan::config {
 namespace {
@@ -27,21 +28,47 @@ bool has_section(const std::vector<Field>& fields, const std::string& section) {
   return false;
 }
 
-const char* type_name(const Field& f) {
+std::string type_name(const Field& f) {
   struct Visitor {
-    const char* operator()(int64_t*) const { return "an integer"; }
-    const char* operator()(double*) const { return "a number"; }
-    const char* operator()(bool*) const { return "a boolean"; }
-    const char* operator()(std::string*) const { return "a string"; }
+    std::string operator()(int64_t*) const { return "an integer"; }
+    std::string operator()(double*) const { return "a number"; }
+    std::string operator()(bool*) const { return "a boolean"; }
+    std::string operator()(std::string*) const { return "a string"; }
+    std::string operator()(const Choice& c) const { return c.allowed(); }
   };
   return std::visit(Visitor{}, f.target);
 }
 
+// Sets a choice from its name; false when `text` is not one of the names.
+bool set_choice(const Choice& c, const std::string& text) {
+  for (size_t i = 0; i < c.names.size(); ++i) {
+    if (c.names[i] == text) {
+      c.set(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+// " (did you mean --training.steps?)" for a near miss, else "".
+std::string did_you_mean(const std::string& dotted) {
+  auto near = nearest_key(dotted);
+  return near ? fmt::format(" (did you mean {}?)", *near) : "";
+}
+
 void set_from_toml(Field& f, const toml::node& node, const std::string& origin) {
+  if (const auto* c = std::get_if<Choice>(&f.target)) {
+    if (node.is_string() && set_choice(*c, *node.value<std::string>())) return;
+    std::string got = node.is_string() ? fmt::format("'{}'", *node.value<std::string>())
+                                       : std::string(toml::impl::node_type_friendly_names[int(node.type())]);
+    throw ConfigError(fmt::format("{}: {} must be {} (got {})", origin, f.dotted(), c->allowed(), got));
+  }
   bool ok = std::visit(
-      [&](auto* target) {
-        using T = std::remove_pointer_t<decltype(target)>;
-        if constexpr (std::is_same_v<T, double>) {
+      [&](auto& target) {
+        using T = std::remove_pointer_t<std::decay_t<decltype(target)>>;
+        if constexpr (std::is_same_v<T, Choice>) {
+          return false;  // handled above
+        } else if constexpr (std::is_same_v<T, double>) {
           if (auto v = node.value<double>(); v && (node.is_floating_point() || node.is_integer())) {
             *target = *v;
             return true;
@@ -76,9 +103,11 @@ void set_from_string(Field& f, const std::string& text) {
     throw ConfigError(fmt::format("--{} must be {} (got '{}')", f.dotted(), type_name(f), text));
   };
   std::visit(
-      [&](auto* target) {
-        using T = std::remove_pointer_t<decltype(target)>;
-        if constexpr (std::is_same_v<T, std::string>) {
+      [&](auto& target) {
+        using T = std::remove_pointer_t<std::decay_t<decltype(target)>>;
+        if constexpr (std::is_same_v<T, Choice>) {
+          if (!set_choice(target, text)) fail();
+        } else if constexpr (std::is_same_v<T, std::string>) {
           *target = text;
         } else if constexpr (std::is_same_v<T, bool>) {
           if (text == "true" || text == "1") *target = true;
@@ -106,7 +135,10 @@ void apply_toml(JobConfig& config, const toml::table& root, const std::string& o
     if (!table) throw ConfigError(fmt::format("{}: [{}] must be a table", origin, section));
     for (const auto& [key, value] : *table) {
       Field* f = find_field(fields, section, std::string(key.str()));
-      if (!f) throw ConfigError(fmt::format("{}: unknown key {}.{}", origin, section, key.str()));
+      if (!f) {
+        throw ConfigError(fmt::format("{}: unknown key {}.{}{}", origin, section, key.str(),
+                                      did_you_mean(section + "." + std::string(key.str()))));
+      }
       set_from_toml(*f, value, origin);
     }
   }
@@ -135,7 +167,7 @@ void apply_overrides(JobConfig& config, const std::vector<std::string>& words) {
       negated = f && std::holds_alternative<bool*>(f->target);
       if (!negated) f = nullptr;
     }
-    if (!f) throw ConfigError(fmt::format("unknown key --{}", name));
+    if (!f) throw ConfigError(fmt::format("unknown key --{}{}", name, did_you_mean(name)));
     if (negated) {
       if (value) throw ConfigError(fmt::format("--{} takes no value", name));
       *std::get<bool*>(f->target) = false;
@@ -205,9 +237,6 @@ void validate(const JobConfig& c) {
           fmt::format("lr_scheduler.warmup_steps must be >= 0 (got {})", c.lr_scheduler.warmup_steps));
   require(c.lr_scheduler.decay_ratio <= 1,
           fmt::format("lr_scheduler.decay_ratio must be <= 1 (got {})", c.lr_scheduler.decay_ratio));
-  const auto& dt = c.lr_scheduler.decay_type;
-  require(dt == "linear" || dt == "sqrt" || dt == "cosine",
-          fmt::format("lr_scheduler.decay_type must be linear, sqrt or cosine (got '{}')", dt));
   require(c.lr_scheduler.min_lr_factor >= 0 && c.lr_scheduler.min_lr_factor <= 1,
           fmt::format("lr_scheduler.min_lr_factor must be in [0, 1] (got {})", c.lr_scheduler.min_lr_factor));
 
@@ -221,23 +250,13 @@ void validate(const JobConfig& c) {
                         "training.local_batch_size (got {} with local_batch_size={})",
                         t.global_batch_size, t.local_batch_size));
   }
-  for (auto [key, dtype] : {std::pair{"mixed_precision_param", t.mixed_precision_param},
-                            {"mixed_precision_reduce", t.mixed_precision_reduce}}) {
-    require(dtype == "bfloat16" || dtype == "float32",
-            fmt::format("training.{} must be bfloat16 or float32 (got '{}')", key, dtype));
-  }
   require(t.housekeeping_freq > 0,
           fmt::format("training.housekeeping_freq must be > 0 (got {})", t.housekeeping_freq));
   for (auto [key, ds] : {std::pair{"training.dataset", t.dataset}, {"validation.dataset", c.validation.dataset}}) {
     require(ds.empty() || ds == "auto" || ds == "text" || ds == "jsonl" || ds == "tokens",
             fmt::format("{} must be auto, text, jsonl or tokens (got '{}')", key, ds));
   }
-  const auto& reshard = c.parallelism.fsdp_reshard_after_forward;
-  require(reshard == "default" || reshard == "always" || reshard == "never",
-          fmt::format("parallelism.fsdp_reshard_after_forward must be default, always or never (got '{}')", reshard));
-  const auto& sync = c.parallelism.fsdp_gradient_sync;
-  require(sync == "every_microbatch" || sync == "last_microbatch",
-          fmt::format("parallelism.fsdp_gradient_sync must be every_microbatch or last_microbatch (got '{}')", sync));
+  require(!c.metrics.save_tb_folder.empty(), "metrics.save_tb_folder must not be empty");
   require(c.metrics.log_freq > 0, fmt::format("metrics.log_freq must be > 0 (got {})", c.metrics.log_freq));
   require(c.profiling.profile_freq > 0,
           fmt::format("profiling.profile_freq must be > 0 (got {})", c.profiling.profile_freq));
@@ -261,11 +280,8 @@ void validate(const JobConfig& c) {
   require(!ck.folder.empty(), "checkpoint.folder must not be empty");
   require(ck.interval > 0, fmt::format("checkpoint.interval must be > 0 (got {})", ck.interval));
   require(ck.load_step >= -1, fmt::format("checkpoint.load_step must be -1 or >= 0 (got {})", ck.load_step));
+  require(!ck.keep_best || c.validation.enable, "checkpoint.keep_best needs validation.enable = true");
   require(ck.keep_latest_k >= 0, fmt::format("checkpoint.keep_latest_k must be >= 0 (got {})", ck.keep_latest_k));
-  require(ck.async_mode == "disabled" || ck.async_mode == "async",
-          fmt::format("checkpoint.async_mode must be disabled or async (got '{}')", ck.async_mode));
-  require(ck.export_dtype == "float32" || ck.export_dtype == "bfloat16" || ck.export_dtype == "float16",
-          fmt::format("checkpoint.export_dtype must be float32, bfloat16 or float16 (got '{}')", ck.export_dtype));
   for (auto [key, v] : {std::pair{"dim", c.model.dim}, {"n_layers", c.model.n_layers},
                         {"n_heads", c.model.n_heads}, {"n_kv_heads", c.model.n_kv_heads},
                         {"vocab_size", c.model.vocab_size}}) {
@@ -279,7 +295,15 @@ std::string to_toml(const JobConfig& config) {
   std::vector<std::string> order;
   for (const auto& f : config_fields(copy)) {
     if (!sections.count(f.section)) order.push_back(f.section);
-    std::visit([&](auto* v) { sections[f.section].insert_or_assign(f.key, *v); }, f.target);
+    std::visit(
+        [&](const auto& v) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, Choice>) {
+            sections[f.section].insert_or_assign(f.key, v.names.at(v.current()));
+          } else {
+            sections[f.section].insert_or_assign(f.key, *v);
+          }
+        },
+        f.target);
   }
   std::ostringstream out;
   for (const auto& s : order) out << "[" << s << "]\n" << sections[s] << "\n\n";

@@ -1,13 +1,29 @@
 #pragma once
 // The job configuration: one plain struct per TOML section, named as in torchtitan v0.2.2.
 // Parsing and validation live in config_manager.h; this file only says what exists and its default.
+// Keys with a fixed set of values are enums or dtypes here, parsed once (config_fields.cpp spells
+// their TOML names), so no use site compares strings.
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
 #include <string>
 
 namespace ctitan::config {
 
+enum class DecayType { kLinear, kSqrt, kCosine };
+// FSDP: when a module's gathered parameters are freed after its forward.
+enum class ReshardAfterForward {
+  kDefault,  // the blocks and embeddings reshard; [norm, output] does not (backward needs it at once)
+  kAlways,
+  kNever,
+};
+// FSDP with gradient accumulation: reduce-scatter after each microbatch (least memory) or keep
+// unsharded gradients until the last (least traffic).
+enum class GradientSync { kEveryMicrobatch, kLastMicrobatch };
+enum class AsyncMode { kDisabled, kAsync };
+
 struct Job {
-  std::string dump_folder = "./outputs";  // where metrics.jsonl (and later checkpoints) go
+  std::string dump_folder = "./outputs";  // output folder: metrics.jsonl, checkpoints, traces, TensorBoard
   std::string description = "";           // free text, printed at startup
   bool print_config = false;              // print the resolved config as TOML at startup
 };
@@ -41,7 +57,7 @@ struct Optimizer {
 struct LrScheduler {
   int64_t warmup_steps = 200;            // linear warmup length
   double decay_ratio = -1.0;             // fraction of steps spent decaying; < 0 means all after warmup
-  std::string decay_type = "linear";     // linear | sqrt | cosine
+  DecayType decay_type = DecayType::kLinear;  // linear | sqrt | cosine
   double min_lr_factor = 0.0;            // lr never drops below min_lr_factor * lr
 };
 
@@ -51,10 +67,10 @@ struct Training {
   int64_t seq_len = 2048;              // tokens per sequence
   int64_t steps = 10000;               // optimizer steps to run
   double max_norm = 1.0;               // gradient clipping threshold (global L2 norm); <= 0 disables
-  std::string dataset = "auto";        // auto | text | jsonl | tokens (see data/dataset.h)
+  std::string dataset = "auto";        // auto | text | jsonl | tokens (data/token_stream.h)
   std::string dataset_path = "";       // file or directory
-  std::string mixed_precision_param = "bfloat16";  // bfloat16 | float32: compute dtype
-  std::string mixed_precision_reduce = "float32";  // float32: gradient reduction dtype (FSDP)
+  c10::ScalarType mixed_precision_param = c10::kBFloat16;  // bfloat16 | float32: compute dtype
+  c10::ScalarType mixed_precision_reduce = c10::kFloat;    // float32 | bfloat16: FSDP's gradient reduction
   int64_t housekeeping_freq = 50;      // run synchronized housekeeping every N steps (torchtitan gc_freq)
 };
 
@@ -68,6 +84,8 @@ struct Metrics {
   int64_t log_freq = 10;       // log every N steps (and the last step)
   double peak_flops = 0.0;     // FLOP/s for MFU; 0 = probe a GEMM at startup (cached)
   bool enable_jsonl = true;    // write {dump_folder}/metrics.jsonl
+  bool enable_tensorboard = false;    // write TensorBoard events (rank 0), as torchtitan
+  std::string save_tb_folder = "tb";  // under job.dump_folder, then one YYYYmmdd-HHMM folder per run
 };
 
 struct Profiling {
@@ -89,13 +107,8 @@ struct Parallelism {
   int64_t data_parallel_shard_degree = -1;      // FSDP dimension; -1 = the ranks left over
   int64_t tensor_parallel_degree = 1;           // TP dimension (not implemented yet)
   double bucket_cap_mb = 25.0;                  // DDP gradient bucket size
-  // FSDP: free a block's gathered parameters after its forward (gather again for backward).
-  // default = always for the blocks and embeddings, never for [norm, output] (torchtitan's rule);
-  // always; never.
-  std::string fsdp_reshard_after_forward = "default";
-  // FSDP with gradient accumulation: every_microbatch reduce-scatters after each microbatch
-  // (least memory); last_microbatch keeps unsharded gradients until the last (least traffic).
-  std::string fsdp_gradient_sync = "every_microbatch";
+  ReshardAfterForward fsdp_reshard_after_forward = ReshardAfterForward::kDefault;  // default | always | never
+  GradientSync fsdp_gradient_sync = GradientSync::kEveryMicrobatch;  // every_microbatch | last_microbatch
 };
 
 struct Comm {
@@ -110,9 +123,10 @@ struct Checkpoint {
   int64_t interval = 500;                // save every N steps (and at the last step)
   int64_t load_step = -1;                // step to resume from; -1 = the newest valid checkpoint
   int64_t keep_latest_k = 10;            // keep the newest k complete checkpoints; 0 keeps all
-  std::string async_mode = "disabled";   // disabled | async (written by a background thread)
+  bool keep_best = false;                // also save and keep the step with the best validation loss
+  AsyncMode async_mode = AsyncMode::kDisabled;  // disabled | async (written by a background thread)
   bool last_save_model_only = true;      // the save at the last step holds the model only
-  std::string export_dtype = "float32";  // float32 | bfloat16 | float16: dtype of model-only saves
+  c10::ScalarType export_dtype = c10::kFloat;  // float32 | bfloat16 | float16: dtype of model-only saves
   bool enable_first_step_checkpoint = false;  // also save after step 1
   bool create_seed_checkpoint = false;   // write a step-0 model-only checkpoint and exit (1 process)
   std::string initial_load_path = "";    // a step dir to start from when the folder has none

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/path_text.h"
 
 namespace ctitan::data {
 namespace fs = std::filesystem;
@@ -63,7 +64,7 @@ std::vector<std::pair<fs::path, FileFormat>> list_dataset_files(const std::strin
                                                                  const std::string& key) {
   if (path.empty()) throw InputError(fmt::format("dataset error: {} is not set", key));
   std::error_code ec;
-  if (!fs::exists(path, ec)) throw InputError(fmt::format("dataset error: {} '{}' does not exist", key, path));
+  if (!fs::exists(path, ec)) throw InputError(fmt::format("dataset error: {} '{}'{} does not exist", key, path, relative_path_note(path)));
   std::vector<fs::path> candidates;
   if (fs::is_directory(path)) {
     for (const auto& entry : fs::recursive_directory_iterator(path)) {

@@ -16,7 +16,7 @@ constexpr int64_t kHeaderBytes = 16;
 
 TokenFileWriter::TokenFileWriter(const std::string& path, uint32_t vocab_size) : path_(path) {
   out_.open(path_ + ".tmp", std::ios::binary | std::ios::trunc);
-  if (!out_) throw InputError(fmt::format("cannot write token file {}.tmp", path_));
+  if (!out_) throw IoError(fmt::format("cannot write token file {}.tmp", path_));
   uint32_t header[2] = {vocab_size, 0};
   out_.write(kMagic, sizeof(kMagic));
   out_.write(reinterpret_cast<const char*>(header), sizeof(header));
@@ -29,7 +29,7 @@ void TokenFileWriter::append(const std::vector<int32_t>& tokens) {
 
 void TokenFileWriter::finish() {
   out_.close();
-  if (!out_) throw InputError(fmt::format("failed writing token file {}.tmp", path_));
+  if (!out_) throw IoError(fmt::format("failed writing token file {}.tmp", path_));
   std::filesystem::rename(path_ + ".tmp", path_);
 }
 

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/path_text.h"
 #include "ctitan/data/base64.h"
 
 namespace ctitan::data {
@@ -165,7 +166,7 @@ Tokenizer Tokenizer::from_ranks(std::vector<std::string> token_bytes_by_rank) {
 
 Tokenizer Tokenizer::load(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
-  if (!file) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  if (!file) fail(path + relative_path_note(path), std::string("cannot open: ") + std::strerror(errno));
   std::stringstream buffer;
   buffer << file.rdbuf();
   if (file.bad()) fail(path, std::string("cannot read: ") + std::strerror(errno));

@@ -75,8 +75,6 @@ class Communicator {
   int64_t sequence_number() const { return sequence_.load(); }
   // The c10d backend for CPU tensors (Gloo), for benchmarks that time upstream's own algorithms.
   c10::intrusive_ptr<c10d::Backend> gloo_backend() const { return gloo_->c10d_backend(); }
-  // "gloo", or "nccl" for a CUDA tensor when NCCL is compiled in and a GPU was visible.
-  const char* backend_name(const torch::Tensor& t) { return backend_for(t).name(); }
 
  private:
   Communicator(std::string name, int rank, int size, std::chrono::milliseconds timeout);

@@ -22,10 +22,6 @@ int64_t DeviceMesh::world_size() const {
   return n;
 }
 
-bool DeviceMesh::has_dim(const std::string& name) const {
-  return std::count(names_.begin(), names_.end(), name) || flattened_.count(name);
-}
-
 std::vector<int64_t> DeviceMesh::dims_of(const std::string& name) const {
   auto flat = flattened_.find(name);
   std::vector<std::string> wanted = flat == flattened_.end() ? std::vector<std::string>{name} : flat->second;
@@ -33,7 +29,7 @@ std::vector<int64_t> DeviceMesh::dims_of(const std::string& name) const {
   for (const auto& w : wanted) {
     auto it = std::find(names_.begin(), names_.end(), w);
     if (it == names_.end()) {
-      throw InputError(fmt::format("device mesh has no dimension '{}' (dimensions: {})", w, fmt::join(names_, ", ")));
+      throw std::logic_error(fmt::format("device mesh has no dimension '{}' (dimensions: {})", w, fmt::join(names_, ", ")));
     }
     indices.push_back(it - names_.begin());
   }
@@ -111,7 +107,7 @@ int64_t DeviceMesh::comm_bytes() const {
 
 std::shared_ptr<Communicator> DeviceMesh::group(const std::string& dim) const {
   auto it = groups_.find(dim);
-  if (it == groups_.end()) throw InputError(fmt::format("device mesh has no group for '{}'", dim));
+  if (it == groups_.end()) throw std::logic_error(fmt::format("device mesh has no group for '{}'", dim));
   return it->second;
 }
 

@@ -20,7 +20,6 @@ class DeviceMesh {
 
   int64_t rank() const { return rank_; }
   int64_t world_size() const;
-  bool has_dim(const std::string& name) const;
   int64_t size(const std::string& dim) const;
   std::vector<int64_t> coordinate() const { return coordinate_of(rank_); }
   std::vector<int64_t> coordinate_of(int64_t rank) const;

@@ -3,7 +3,7 @@
 // build (CTITAN_WITH_NCCL); compiled, never run on a GPU: the machines ctitan is developed and
 // tested on have none.
 //
-// The stream discipline, all of it here (the FSDP2 lesson; upstream's default since 2025):
+// The stream discipline, all of it here (FSDP2's rules; upstream c10d's default since 2025):
 // - NCCL runs on c10d's own per-group stream, which first waits on an event of the issuing
 //   (compute) stream, so it never reads a buffer before compute finished writing it.
 // - Buffers are allocated on the compute stream and referenced by the Work until wait(), never

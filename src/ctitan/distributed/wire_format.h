@@ -1,6 +1,6 @@
 #pragma once
-// How tensors travel through Gloo (gloo_backend.cpp). libtorch 1.13's Gloo had no bf16; ctitan
-// keeps its own formats on 2.x too, because they accumulate 16-bit floats in fp32:
+// How tensors travel through Gloo (gloo_backend.cpp). ctitan uses its own formats rather than
+// Gloo's 16-bit ones, because they accumulate 16-bit floats in fp32:
 // - moves without arithmetic (broadcast, all_gather, alltoall) carry bf16 as raw bits, viewed as
 //   fp16 (same 2 bytes; Gloo only copies them), so the result is bit-exact;
 // - reductions Gloo performs (all_reduce) get 16-bit floats upcast to fp32, reduced, rounded

@@ -213,6 +213,12 @@ void validate(const LaunchOptions& o) {
       fail(fmt::format("--local-ranks-filter: local rank {} is not in [0, {})", r, o.nproc_per_node));
     }
   }
+  for (const auto* routing : {&o.redirects, &o.tee}) {
+    for (auto [rank, streams] : *routing) {
+      if (rank >= o.nproc_per_node) fail(fmt::format("--tee/--redirects: local rank {} is not in [0, {})", rank, o.nproc_per_node));
+      if (streams != 0 && o.log_dir.empty()) fail("--tee and --redirects write to files: give --log-dir DIR");
+    }
+  }
   if (!(o.monitor_interval_s > 0)) fail("--monitor-interval must be > 0 seconds");
   if (!(o.rdzv_timeout_s > 0)) fail("--rdzv-timeout must be > 0 seconds");
   if (!(o.term_timeout_s >= 0)) fail("--term-timeout must be >= 0 seconds");

@@ -9,6 +9,7 @@
 //   output_prefix.h        per-rank line splitting: console prefix, log file, last lines
 //   node_rendezvous.h      the launchers' keys on the store: join a round, failure, done
 //   signals.h              SIGINT/SIGTERM/SIGCHLD turned into bytes on a pollable pipe
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,7 +24,13 @@ struct LaunchOptions {
   int master_port = 29500;             // 0: the store picks a free port (single node only)
   int max_restarts = 0;                // extra rounds after a failure, on every node
   std::set<int> local_ranks_filter;    // local ranks whose output reaches the console; empty = all
-  std::string log_dir;                 // non-empty: tee rank R to log_dir/attempt_{k}/rank_{R}.log
+  std::string log_dir;                 // non-empty: rank R's output also goes to log_dir/attempt_{k}/rank_{R}.log
+  // torchrun's --redirects and --tee, per local rank (key -1: every rank): a mask of streams,
+  // 1 = stdout, 2 = stderr. Redirected streams go to the log file only, teed ones to the console
+  // and the file. With neither set, --log-dir alone tees both streams of every rank.
+  std::map<int, int> redirects, tee;
+  std::string rdzv_id = "none";        // the job id, as TORCHELASTIC_RUN_ID
+  std::string role = "default";        // the workers' role, as ROLE_NAME
   double monitor_interval_s = 0.1;     // how often the store is polled for other nodes' state
   double rdzv_timeout_s = 300;         // how long to wait for every node to join a round
   double term_timeout_s = 5;           // SIGTERM-to-SIGKILL grace period when stopping workers

@@ -24,12 +24,13 @@ void write_all(int fd, std::string_view data) {
 
 }  // namespace
 
-RankOutput::RankOutput(int rank, bool to_console, const std::string& log_path)
-    : rank_(rank), to_console_(to_console), prefix_(fmt::format("[rank{}]:", rank)) {
-  if (!log_path.empty()) {
+RankOutput::RankOutput(int rank, int console_streams, int file_streams, const std::string& log_path)
+    : rank_(rank), console_streams_(console_streams), file_streams_(file_streams),
+      prefix_(fmt::format("[rank{}]:", rank)) {
+  if (file_streams_ != 0) {
     log_fd_ = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log_fd_ < 0) {
-      throw InputError(fmt::format("run: cannot write log file {}: {}", log_path, std::strerror(errno)));
+      throw IoError(fmt::format("run: cannot write log file {}: {}", log_path, std::strerror(errno)));
     }
   }
 }
@@ -83,13 +84,14 @@ void RankOutput::flush() {
 }
 
 void RankOutput::emit(int stream, std::string_view line) {
-  if (to_console_) {
+  const int bit = stream == 0 ? 1 : 2;
+  if (console_streams_ & bit) {
     std::string out;
     out.reserve(prefix_.size() + line.size() + 1);
     out.append(prefix_).append(line).push_back('\n');
     write_all(stream == 0 ? STDOUT_FILENO : STDERR_FILENO, out);
   }
-  if (log_fd_ >= 0) {
+  if (log_fd_ >= 0 && (file_streams_ & bit)) {
     std::string out(line);
     out.push_back('\n');
     write_all(log_fd_, out);

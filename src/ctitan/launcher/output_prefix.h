@@ -1,8 +1,9 @@
 #pragma once
 // One rank's output as `ctitan run` shows it. The worker's stdout and stderr arrive on pipes in
 // arbitrary chunks; RankOutput cuts them into lines and hands each whole line to
-//   - the console (the launcher's stdout or stderr), prefixed "[rankN]:", unless filtered out;
-//   - the rank's log file, unprefixed, when --log-dir is set;
+//   - the console (the launcher's stdout or stderr), prefixed "[rankN]:", for the streams in
+//     `console_streams` (filtered-out ranks and redirected streams have none);
+//   - the rank's log file, unprefixed, for the streams in `file_streams`;
 //   - a ring of the last lines, for the failure summary.
 // A line is written with one write(2), so lines of different ranks never interleave mid-line.
 #include <deque>
@@ -17,8 +18,9 @@ class RankOutput {
   // A line longer than this is cut: a worker printing without newlines must not grow memory.
   static constexpr size_t kMaxLine = 64 * 1024;
 
-  // `log_path` empty: no log file. Throws InputError when the log file cannot be created.
-  RankOutput(int rank, bool to_console, const std::string& log_path);
+  // Stream masks: 1 = stdout, 2 = stderr. The log file is created only when `file_streams` is not
+  // 0 (then `log_path` must be set). Throws IoError when it cannot be created.
+  RankOutput(int rank, int console_streams, int file_streams, const std::string& log_path);
   ~RankOutput();
   RankOutput(const RankOutput&) = delete;
   RankOutput& operator=(const RankOutput&) = delete;
@@ -37,7 +39,7 @@ class RankOutput {
   void emit(int stream, std::string_view line);
 
   int rank_;
-  bool to_console_;
+  int console_streams_, file_streams_;
   int log_fd_ = -1;
   std::string prefix_;         // "[rankN]:"
   std::string partial_[2];     // bytes after the last newline, per stream

@@ -24,6 +24,13 @@ int ms_until(Clock::time_point t) {
 
 Clock::time_point after(double seconds) { return Clock::now() + std::chrono::microseconds(int64_t(seconds * 1e6)); }
 
+// The stream mask a --tee / --redirects map gives `local_rank` (its own entry, else every rank's).
+int streams_for(const std::map<int, int>& per_rank, int local_rank) {
+  if (auto it = per_rank.find(local_rank); it != per_rank.end()) return it->second;
+  if (auto it = per_rank.find(-1); it != per_rank.end()) return it->second;
+  return 0;
+}
+
 }  // namespace
 
 WorkerGroup::WorkerGroup(const LaunchOptions& options, int round, int store_port, SignalPipe& signals)
@@ -33,13 +40,16 @@ WorkerGroup::WorkerGroup(const LaunchOptions& options, int round, int store_port
     attempt_dir = fmt::format("{}/attempt_{}", options.log_dir, round);
     std::error_code ec;
     std::filesystem::create_directories(attempt_dir, ec);
-    if (ec) throw InputError(fmt::format("run: cannot create log directory {}: {}", attempt_dir, ec.message()));
+    if (ec) throw IoError(fmt::format("run: cannot create log directory {}: {}", attempt_dir, ec.message()));
   }
   for (int local = 0; local < options.nproc_per_node; ++local) {
     auto spec = make_worker_spec(options, local, round, store_port);
-    bool console = options.local_ranks_filter.empty() || options.local_ranks_filter.count(local) > 0;
+    const int redirected = streams_for(options.redirects, local), teed = streams_for(options.tee, local);
+    const bool shown = options.local_ranks_filter.empty() || options.local_ranks_filter.count(local) > 0;
+    const bool torchrun_routing = !options.redirects.empty() || !options.tee.empty();
+    const int to_file = attempt_dir.empty() ? 0 : torchrun_routing ? (redirected | teed) : 3;
     auto log = attempt_dir.empty() ? "" : fmt::format("{}/rank_{}.log", attempt_dir, spec.rank);
-    outputs_.push_back(std::make_unique<RankOutput>(spec.rank, console, log));
+    outputs_.push_back(std::make_unique<RankOutput>(spec.rank, shown ? 3 & ~redirected : 0, to_file, log));
     workers_.push_back(std::make_unique<WorkerProcess>(spec));
   }
 }

@@ -88,6 +88,9 @@ WorkerSpec make_worker_spec(const LaunchOptions& options, int local_rank, int ro
   env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(round);
   env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(options.max_restarts);
   env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  env["TORCHELASTIC_RUN_ID"] = options.rdzv_id;
+  env["ROLE_NAME"] = options.role;
+  env["ROLE_WORLD_SIZE"] = std::to_string(options.nnodes * options.nproc_per_node);
   // Intra-op threads default to the cores shared by the local ranks: without this, every rank
   // would start one thread per core and they would all fight over the same cores.
   if (env.count("OMP_NUM_THREADS") == 0) {

@@ -22,7 +22,7 @@ void prepare_metrics_file(const std::string& path, int64_t resumed_step) {
   std::ifstream in(path);
   const std::string tmp = path + ".tmp";
   std::ofstream out(tmp, std::ios::trunc);
-  if (!in || !out) throw InputError(fmt::format("cannot rewrite metrics file {} for the resumed run", path));
+  if (!in || !out) throw IoError(fmt::format("cannot rewrite metrics file {} for the resumed run", path));
   std::string line;
   while (std::getline(in, line)) {
     auto row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -32,17 +32,18 @@ void prepare_metrics_file(const std::string& path, int64_t resumed_step) {
     }
   }
   out.close();
-  if (!out) throw InputError(fmt::format("cannot rewrite metrics file {} for the resumed run", path));
+  if (!out) throw IoError(fmt::format("cannot rewrite metrics file {} for the resumed run", path));
   fs::rename(tmp, path, ec);
-  if (ec) throw InputError(fmt::format("cannot replace metrics file {}: {}", path, ec.message()));
+  if (ec) throw IoError(fmt::format("cannot replace metrics file {}: {}", path, ec.message()));
 }
 
-MetricsLogger::MetricsLogger(const std::string& jsonl_path) {
+MetricsLogger::MetricsLogger(const std::string& jsonl_path, const std::string& tensorboard_dir) {
+  if (!tensorboard_dir.empty()) tensorboard_ = std::make_unique<TensorBoardWriter>(tensorboard_dir);
   if (jsonl_path.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(jsonl_path).parent_path(), ec);
   jsonl_.open(jsonl_path, std::ios::app);
-  if (!jsonl_) throw InputError(fmt::format("cannot write metrics file {}", jsonl_path));
+  if (!jsonl_) throw IoError(fmt::format("cannot write metrics file {}", jsonl_path));
 }
 
 void MetricsLogger::log(const StepMetrics& m) {
@@ -52,6 +53,29 @@ void MetricsLogger::log(const StepMetrics& m) {
                m.step, m.loss, m.grad_norm, double(m.memory_active_bytes) / kGiB,
                double(m.memory_peak_bytes) / kGiB, m.tps, m.tflops, m.mfu,
                m.time_step_s > 0 ? 100.0 * m.comm_exposed_s / m.time_step_s : 0.0);
+  if (tensorboard_) {
+    const double step_s = m.time_step_s > 0 ? m.time_step_s : 1.0;
+    for (const auto& [tag, value] : std::initializer_list<std::pair<const char*, double>>{
+             {"loss_metrics/global_avg_loss", m.loss},
+             {"grad_norm", m.grad_norm},
+             {"lr", m.lr},
+             {"throughput(tps)", m.tps},
+             {"tflops", m.tflops},
+             {"mfu(%)", m.mfu},
+             {"time_metrics/end_to_end(s)", m.time_step_s},
+             {"time_metrics/data_loading(s)", m.time_data_s},
+             {"time_metrics/data_loading(%)", 100.0 * m.time_data_s / step_s},
+             {"time_metrics/slowest_rank(s)", m.time_step_max_s},
+             {"memory/max_active(GiB)", double(m.memory_peak_bytes) / kGiB},
+             {"memory/active(GiB)", double(m.memory_active_bytes) / kGiB},
+             {"memory/rss(GiB)", double(m.memory_rss_bytes) / kGiB},
+             {"comm/exposed(s)", m.comm_exposed_s},
+             {"comm/exposed(%)", 100.0 * m.comm_exposed_s / step_s},
+             {"comm/bytes_per_step", m.comm_bytes_per_step},
+         }) {
+      tensorboard_->add_scalar(tag, value, m.step);
+    }
+  }
   if (!jsonl_.is_open()) return;
   nlohmann::json row = {
       {"step", m.step},
@@ -81,6 +105,7 @@ void MetricsLogger::log(const StepMetrics& m) {
 
 void MetricsLogger::log_validation(int64_t step, double loss, int64_t tokens) {
   spdlog::info("validate step: {:>5}  loss: {:8.4f}  tokens: {}", step, loss, tokens);
+  if (tensorboard_) tensorboard_->add_scalar("validation_metrics/loss", loss, step);
   if (jsonl_.is_open()) {
     jsonl_ << nlohmann::json{{"step", step}, {"validation_loss", loss}, {"validation_tokens", tokens}}.dump()
            << '\n';
@@ -89,6 +114,7 @@ void MetricsLogger::log_validation(int64_t step, double loss, int64_t tokens) {
 
 void MetricsLogger::flush() {
   if (jsonl_.is_open()) jsonl_.flush();
+  if (tensorboard_) tensorboard_->flush();
   spdlog::default_logger()->flush();
 }
 

@@ -1,10 +1,14 @@
 #pragma once
-// Writes logged steps to the console (torchtitan's line) and to metrics.jsonl. Takes plain
+// Writes logged steps to the console (torchtitan's line), to metrics.jsonl and to TensorBoard
+// (torchtitan's tag names). Takes plain
 // numbers only: the trainer converts tensors to doubles at log steps, so nothing here can keep
 // a step's tensors (and their autograd graph) alive.
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <string>
+
+#include "ctitan/metrics/tensorboard_writer.h"
 
 namespace ctitan::metrics {
 
@@ -42,14 +46,15 @@ void prepare_metrics_file(const std::string& path, int64_t resumed_step);
 
 class MetricsLogger {
  public:
-  // `jsonl_path` empty disables the file.
-  explicit MetricsLogger(const std::string& jsonl_path);
+  // An empty `jsonl_path` or `tensorboard_dir` disables that output.
+  MetricsLogger(const std::string& jsonl_path, const std::string& tensorboard_dir);
   void log(const StepMetrics& m);
   void log_validation(int64_t step, double loss, int64_t tokens);
   void flush();
 
  private:
   std::ofstream jsonl_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 
 }  // namespace ctitan::metrics

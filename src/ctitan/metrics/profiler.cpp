@@ -17,7 +17,7 @@ namespace ctitan::metrics {
 StepTrace::StepTrace(const std::string& dir, int rank) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) throw InputError(fmt::format("profiling: cannot create '{}': {}", dir, ec.message()));
+  if (ec) throw IoError(fmt::format("profiling: cannot create '{}': {}", dir, ec.message()));
   trace_path_ = (std::filesystem::path(dir) / fmt::format("rank{}_trace.json", rank)).string();
   summary_path_ = (std::filesystem::path(dir) / fmt::format("rank{}_summary.txt", rank)).string();
   recorder_ = std::make_unique<torch::autograd::profiler::RecordProfile>(trace_path_);

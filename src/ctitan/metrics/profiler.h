@@ -1,7 +1,7 @@
 #pragma once
 // Op-level profiling of chosen training steps, torchtitan's `[profiling]` section.
-// It uses the legacy autograd profiler, which every libtorch build has (Debian's 1.13 had no
-// kineto; the 2.x wheels link kineto but export no CMake target for it), and which records every ATen op (forward and backward, with input shapes) and writes a Chrome trace that
+// It uses the legacy autograd profiler, which every libtorch build has (the 2.x wheels link
+// kineto but export no CMake target for it), and which records every ATen op (forward and backward, with input shapes) and writes a Chrome trace that
 // Perfetto and chrome://tracing open. Next to each trace goes a plain-text table of self time
 // per op, the figure the performance notes are written from.
 #include <memory>

@@ -5,33 +5,49 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "ctitan/ops/fusion_switch.h"
 
 namespace ctitan::ops {
 
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  TORCH_CHECK(q.dim() == 4 && k.sizes() == q.sizes() && v.sizes() == q.sizes(),
-              "causal_attention: q, k, v must all be (B, T, H, D)");
+namespace {
+
+// (T, S) additive mask: 0 where the query at position q_start + i may see key j (j <= q_start + i),
+// -inf elsewhere.
+torch::Tensor causal_mask(int64_t T, int64_t S, int64_t q_start, const torch::TensorOptions& options) {
+  return torch::full({T, S}, -std::numeric_limits<float>::infinity(), options.dtype(torch::kFloat)).triu(q_start + 1);
+}
+
+}  // namespace
+
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               int64_t q_start) {
+  TORCH_CHECK(q.dim() == 4 && k.sizes() == v.sizes() && k.dim() == 4 && k.size(0) == q.size(0) &&
+                  k.size(2) == q.size(2) && k.size(3) == q.size(3) && k.size(1) == q_start + q.size(1),
+              "causal_attention: q must be (B, T, H, D) and k, v (B, q_start + T, H, D)");
   RECORD_FUNCTION("ctitan::causal_attention", std::vector<c10::IValue>());  // names the forward in profiles
-  if (!fused_enabled("attention")) return causal_attention_reference(q, k, v);
+  if (!fused_enabled("attention")) return causal_attention_reference(q, k, v, q_start);
   // The inputs' dtype decides the precision: autocast would recast fp32 inputs to bf16.
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-  int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3);
+  int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), S = k.size(1);
+  // SDPA's is_causal aligns the mask to the top left, which is right only for square attention:
+  // queries after cached keys get an explicit (T, S) mask.
+  std::optional<at::Tensor> mask;
+  if (q_start > 0) mask = causal_mask(T, S, q_start, q.options()).to(q.scalar_type());
   // (B, T, H, D) -> (B, H, T, D): SDPA attends over the last two dimensions per head.
-  auto out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                              /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+  auto out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask,
+                                              /*dropout_p=*/0.0, /*is_causal=*/q_start == 0);
   return out.transpose(1, 2).reshape({B, T, H * D});
 }
 
 torch::Tensor causal_attention_reference(const torch::Tensor& q_in, const torch::Tensor& k_in,
-                                         const torch::Tensor& v_in) {
-  int64_t B = q_in.size(0), T = q_in.size(1), H = q_in.size(2), D = q_in.size(3);
-  auto q = q_in.transpose(1, 2), k = k_in.transpose(1, 2), v = v_in.transpose(1, 2);  // (B, H, T, D)
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(D)));  // (B, H, T, T)
-  auto mask = torch::full({T, T}, -std::numeric_limits<float>::infinity(), scores.options().dtype(torch::kFloat))
-                  .triu(1);
-  auto probs = torch::softmax(scores.to(torch::kFloat) + mask, -1).to(q.scalar_type());
+                                         const torch::Tensor& v_in, int64_t q_start) {
+  int64_t B = q_in.size(0), T = q_in.size(1), H = q_in.size(2), D = q_in.size(3), S = k_in.size(1);
+  auto q = q_in.transpose(1, 2), k = k_in.transpose(1, 2), v = v_in.transpose(1, 2);  // (B, H, T|S, D)
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(D)));  // (B, H, T, S)
+  auto probs = torch::softmax(scores.to(torch::kFloat) + causal_mask(T, S, q_start, scores.options()), -1)
+                   .to(q.scalar_type());
   return torch::matmul(probs, v).transpose(1, 2).reshape({B, T, H * D});
 }
 

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "ctitan/config/job_config.h"
 #include "ctitan/models/llama/model.h"
 #include "ctitan/parallel/fsdp/fsdp_module.h"
 
@@ -11,9 +12,9 @@ namespace ctitan::parallel {
 
 // FSDP (HSDP when groups.replicate is set) in torchtitan's apply_fsdp order: the token
 // embeddings, each transformer block, [norm, output] as one group, then the root.
-// `reshard_after_forward`: parallelism.fsdp_reshard_after_forward (default | always | never);
-// [norm, output] reshards only under `always`, since backward would gather it again at once.
+// [norm, output] reshards only under ReshardAfterForward::kAlways, since backward would gather it
+// again at once.
 std::unique_ptr<fsdp::FSDPModule> apply_fsdp(models::llama::TransformerImpl& model, fsdp::MeshGroups groups,
-                                             fsdp::MixedPrecisionPolicy mp, const std::string& reshard_after_forward);
+                                             fsdp::MixedPrecisionPolicy mp, config::ReshardAfterForward reshard_after_forward);
 
 }  // namespace ctitan::parallel

@@ -19,16 +19,18 @@ void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
   const auto& o = options_;
   static const bool fused = ops::fused_enabled("adamw");
+  std::vector<ops::AdamWParam> updates;
   for (auto& s : states_) {
     const auto& grad = s.param.grad();
     if (!grad.defined()) continue;
     ++s.step;
-    ops::AdamWStep hyper{lr, o.beta1, o.beta2, o.eps, o.weight_decay, s.step};
-    if (fused) {
-      ops::adamw_update(s.param, grad, s.exp_avg, s.exp_avg_sq, hyper);
-    } else {
-      ops::adamw_update_reference(s.param, grad, s.exp_avg, s.exp_avg_sq, hyper);
-    }
+    updates.push_back({s.param, grad, s.exp_avg, s.exp_avg_sq, s.step});
+  }
+  ops::AdamWStep hyper{lr, o.beta1, o.beta2, o.eps, o.weight_decay, 0};
+  if (fused) return ops::adamw_update_many(updates, hyper);
+  for (auto& u : updates) {
+    hyper.step = u.step;
+    ops::adamw_update_reference(u.param, u.grad, u.exp_avg, u.exp_avg_sq, hyper);
   }
 }
 

@@ -24,9 +24,11 @@ double LrScheduler::factor(int64_t s) const {
   if (s < warmup_stable || decay_steps_ == 0) return 1.0;
   double progress = double(s + 1 - warmup_stable) / double(decay_steps_ + 1);
   double decay = 1.0;
-  if (decay_type_ == "linear") decay = 1.0 - progress;
-  else if (decay_type_ == "sqrt") decay = 1.0 - std::sqrt(progress);
-  else decay = 0.5 * (1.0 + std::cos(M_PI * progress));
+  switch (decay_type_) {
+    case config::DecayType::kLinear: decay = 1.0 - progress; break;
+    case config::DecayType::kSqrt: decay = 1.0 - std::sqrt(progress); break;
+    case config::DecayType::kCosine: decay = 0.5 * (1.0 + std::cos(M_PI * progress)); break;
+  }
   return min_lr_factor_ + (1.0 - min_lr_factor_) * decay;
 }
 

@@ -23,7 +23,7 @@ class LrScheduler {
 
  private:
   int64_t warmup_steps_, stable_steps_, decay_steps_;
-  std::string decay_type_;
+  config::DecayType decay_type_;
   double min_lr_factor_, peak_lr_;
   int64_t steps_done_ = 0;
 };

@@ -1,11 +1,15 @@
 #include "ctitan/train/trainer.h"
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <ctime>
 #include <filesystem>
 
 #include "ctitan/common/build_info.h"
+#include "ctitan/common/dtype_names.h"
+#include "ctitan/config/config_fields.h"
 #include "ctitan/common/error.h"
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/metrics/memory_tracker.h"
@@ -30,7 +34,7 @@ torch::Device pick_device() {
 
 Trainer::Trainer(config::JobConfig config)
     : config_(std::move(config)), device_(pick_device()),
-      bf16_(config_.training.mixed_precision_param == "bfloat16") {
+      bf16_(config_.training.mixed_precision_param == torch::kBFloat16) {
   metrics::install_memory_tracker();
   auto env = distributed::read_dist_env();
   if (env.distributed()) {
@@ -62,9 +66,8 @@ Trainer::Trainer(config::JobConfig config)
   grad_accum_steps_ = global_batch / (t.local_batch_size * dp_degree_);
   dataloader_ = make_loader(t.dataset_path, t.dataset, "training.dataset_path");
 
-  flops_per_token_ = models::llama::flops_per_token(args, t.seq_len);
+  const double flops_per_token = models::llama::flops_per_token(args, t.seq_len);
   auto peak = metrics::resolve_peak_flops(config_.metrics.peak_flops, bf16_ ? torch::kBFloat16 : torch::kFloat);
-  peak_flops_ = peak.flops;
 
   checkpointer_ = std::make_unique<checkpoint::CheckpointManager>(
       config_, dist_ ? checkpoint::store_coordinator(dist_->store, dist_->env.rank, dist_->env.world_size)
@@ -75,14 +78,20 @@ Trainer::Trainer(config::JobConfig config)
   auto state = state_dicts();
   if (checkpointer_->load(state, shard_layouts())) load_state_dicts(state);
 
-  std::string jsonl;
+  metrics::MetricsSetup metrics{flops_per_token, peak.flops, dp_group_, dist_ ? dist_->world : nullptr};
+  if (dist_) metrics.comm_bytes = [mesh = dist_->mesh.get()] { return mesh->comm_bytes(); };
   if (config_.metrics.enable_jsonl && (!dist_ || dist_->env.rank == 0)) {
-    jsonl = (std::filesystem::path(config_.job.dump_folder) / "metrics.jsonl").string();
-    metrics::prepare_metrics_file(jsonl, step_);  // after the load: step_ is where this run resumes
+    metrics.jsonl_path = (std::filesystem::path(config_.job.dump_folder) / "metrics.jsonl").string();
+    metrics::prepare_metrics_file(metrics.jsonl_path, step_);  // after the load: step_ is where this run resumes
   }
-  logger_ = std::make_unique<metrics::MetricsLogger>(jsonl);
+  if (config_.metrics.enable_tensorboard && (!dist_ || dist_->env.rank == 0)) {
+    metrics.tensorboard_dir = (std::filesystem::path(config_.job.dump_folder) / config_.metrics.save_tb_folder /
+                               fmt::format("{:%Y%m%d-%H%M}", fmt::localtime(std::time(nullptr))))
+                                  .string();
+  }
+  metrics_ = std::make_unique<metrics::MetricsProcessor>(std::move(metrics));
   housekeeper_ = std::make_unique<Housekeeper>(
-      HousekeepingOptions{t.housekeeping_freq, config_.debug.check_leaks, 0}, [this] { logger_->flush(); });
+      HousekeepingOptions{t.housekeeping_freq, config_.debug.check_leaks, 0}, [this] { metrics_->flush(); });
 
   auto params = models::llama::count_params(args);
   spdlog::info("model llama3 {}: {:.2f}M params ({:.2f}M non-embedding), dim {} layers {} heads {} kv_heads {} "
@@ -98,7 +107,7 @@ Trainer::Trainer(config::JobConfig config)
                !bf16_ ? "fp32" : dist_ && dist_->dims.fsdp_enabled() ? "bf16 parameters (FSDP param_dtype), fp32 master shards"
                                        : "bf16 autocast (fp32 master weights)",
                t.seq_len, t.local_batch_size, grad_accum_steps_);
-  spdlog::info("FLOPs per token {:.3e}; peak {:.3f} TFLOP/s for MFU ({})", flops_per_token_, peak_flops_ / 1e12,
+  spdlog::info("FLOPs per token {:.3e}; peak {:.3f} TFLOP/s for MFU ({})", flops_per_token, peak.flops / 1e12,
                peak.source);
 }
 
@@ -115,14 +124,14 @@ void Trainer::setup_parallelism() {
     shard_group_ = groups.shard;
     parallel::fsdp::MixedPrecisionPolicy mp{
         bf16_ ? torch::kBFloat16 : torch::kFloat,
-        config_.training.mixed_precision_reduce == "bfloat16" ? torch::kBFloat16 : torch::kFloat};
+        config_.training.mixed_precision_reduce};
     const auto& p = config_.parallelism;
     data_parallel_ = parallel::apply_fsdp(*model_, std::move(groups), mp, p.fsdp_reshard_after_forward);
-    sync_every_microbatch_ = p.fsdp_gradient_sync == "every_microbatch";
+    sync_every_microbatch_ = p.fsdp_gradient_sync == config::GradientSync::kEveryMicrobatch;
     spdlog::info("{} over dp_shard {} x dp_replicate {}: params {}, reduce {}, reshard_after_forward {}, "
                  "gradient sync {}", dims.dp_replicate > 1 ? "HSDP" : "FSDP", dims.dp_shard, dims.dp_replicate,
-                 config_.training.mixed_precision_param, config_.training.mixed_precision_reduce,
-                 p.fsdp_reshard_after_forward, p.fsdp_gradient_sync);
+                 *dtype_name(mp.param_dtype), *dtype_name(mp.reduce_dtype), config::name_of(p.fsdp_reshard_after_forward),
+                 config::name_of(p.fsdp_gradient_sync));
   } else if (dims.ddp_enabled()) {
     std::vector<std::pair<std::string, torch::Tensor>> named;
     for (const auto& item : model_->named_parameters()) named.emplace_back(item.key(), item.value());
@@ -140,8 +149,6 @@ std::vector<std::pair<std::string, torch::Tensor>> Trainer::trained_parameters()
   for (const auto& item : model_->named_parameters()) named.emplace_back(item.key(), item.value());
   return named;
 }
-
-int64_t Trainer::comm_bytes() const { return dist_ ? dist_->mesh->comm_bytes() : 0; }
 
 std::unique_ptr<data::PackedLoader> Trainer::make_loader(const std::string& path, const std::string& format,
                                                          const std::string& key) const {
@@ -183,7 +190,7 @@ torch::Tensor Trainer::forward_backward(const std::vector<data::Batch>& microbat
   if (dp_group_) {
     auto start = std::chrono::steady_clock::now();
     dp_group_->all_reduce(global_tokens, distributed::ReduceOp::kSum);
-    since_log_.comm_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    metrics_->add_comm_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   auto denominator = global_tokens.clamp_min(1).to(torch::kFloat);
 
@@ -202,7 +209,7 @@ torch::Tensor Trainer::forward_backward(const std::vector<data::Batch>& microbat
     loss.backward();
     loss_total += loss.detach();
   }
-  if (data_parallel_) since_log_.comm_seconds += data_parallel_->take_exposed_comm_seconds();
+  if (data_parallel_) metrics_->add_comm_seconds(data_parallel_->take_exposed_comm_seconds());
   return loss_total;  // this rank's share: the dp-group sum is the global mean
 }
 
@@ -219,11 +226,7 @@ void Trainer::train() {
 void Trainer::train_steps() {
   const auto& t = config_.training;
   spdlog::info("training steps {} .. {}", step_ + 1, t.steps);
-  since_log_ = SinceLastLog{};
-  since_log_.allocs_at_start = metrics::memory_stats().alloc_count;
-  since_log_.page_faults_at_start = metrics::minor_page_faults();
-  since_log_.comm_bytes_at_start = comm_bytes();
-  metrics::reset_peak_memory();
+  metrics_->start_window();
   while (step_ < t.steps) {
     checkpointer_->step_starting(step_, [this] { return state_dicts(); });
     auto data_start = std::chrono::steady_clock::now();
@@ -237,12 +240,13 @@ void Trainer::train_steps() {
     microbatches.clear();
     ++step_;
     ntokens_seen_ += result.tokens;
-    since_log_.steps += 1;
-    since_log_.tokens += result.tokens;
-    since_log_.data_seconds += data_seconds;
+    metrics_->record_step(result.tokens, data_seconds);
 
     const bool last = step_ == t.steps;
-    if (step_ % config_.metrics.log_freq == 0 || last) log_metrics(result);
+    if (step_ % config_.metrics.log_freq == 0 || last) {
+      metrics_->log(step_, result.loss, result.grad_norm, config_.optimizer.lr * lr_scheduler_->factor(step_ - 1),
+                    {optimizer_->params(), optimizer_->state_dict()});
+    }
     if (config_.validation.enable && (step_ % config_.validation.freq == 0 || last)) validate();
     housekeeper_->maybe_run(step_);
     if (step_ == 1 && dist_) {
@@ -255,53 +259,7 @@ void Trainer::train_steps() {
     if (checkpointer_->after_step(step_, last, [this] { return state_dicts(); }, shard_layouts())) break;
   }
   checkpointer_->finish();
-  logger_->flush();
-}
-
-void Trainer::log_metrics(const StepResult& result) {
-  auto now = std::chrono::steady_clock::now();
-  double seconds = std::chrono::duration<double>(now - since_log_.start).count();
-  auto memory = metrics::memory_stats();
-  metrics::StepMetrics m;
-  m.step = step_;
-  // The only host reads of step tensors, and the only metric collectives: at log steps.
-  auto loss = result.loss.detach().clone();
-  auto step_time = torch::tensor(seconds / double(since_log_.steps), torch::kDouble);
-  if (dist_) {
-    dp_group_->all_reduce(loss, distributed::ReduceOp::kSum);
-    dist_->world->all_reduce(step_time, distributed::ReduceOp::kMax);
-  }
-  m.loss = loss.item<double>();
-  m.grad_norm = result.grad_norm.item<double>();  // global under DDP and FSDP: the same on every rank
-  m.time_step_max_s = step_time.item<double>();
-  m.comm_exposed_s = since_log_.comm_seconds / double(since_log_.steps);
-  m.lr = config_.optimizer.lr * lr_scheduler_->factor(step_ - 1);
-  m.tps = double(since_log_.tokens) / seconds;
-  m.tflops = flops_per_token_ * m.tps / 1e12;
-  m.mfu = 100.0 * m.tflops * 1e12 / peak_flops_;
-  m.memory_active_bytes = memory.active_bytes;
-  m.memory_peak_bytes = memory.peak_bytes;
-  m.memory_rss_bytes = metrics::resident_set_bytes();
-  m.memory_alloc_count = memory.alloc_count - since_log_.allocs_at_start;
-  const int64_t page_faults = metrics::minor_page_faults();
-  m.memory_page_faults_per_step = double(page_faults - since_log_.page_faults_at_start) / double(since_log_.steps);
-  m.time_step_s = seconds / double(since_log_.steps);
-  m.time_data_s = since_log_.data_seconds / double(since_log_.steps);
-  const int64_t bytes_now = comm_bytes();
-  m.comm_bytes_per_step = double(bytes_now - since_log_.comm_bytes_at_start) / double(since_log_.steps);
-  for (const auto& p : optimizer_->params()) {
-    m.memory_params_bytes += int64_t(p.nbytes());
-    if (p.grad().defined()) m.memory_grads_bytes += int64_t(p.grad().nbytes());
-  }
-  for (const auto& [key, t] : optimizer_->state_dict()) m.memory_optimizer_bytes += int64_t(t.nbytes());
-  logger_->log(m);
-  if (!std::isfinite(m.loss)) spdlog::warn("step {}: loss is {}", step_, m.loss);
-
-  metrics::reset_peak_memory();
-  since_log_ = SinceLastLog{};
-  since_log_.allocs_at_start = memory.alloc_count;
-  since_log_.page_faults_at_start = page_faults;
-  since_log_.comm_bytes_at_start = bytes_now;
+  metrics_->flush();
 }
 
 double Trainer::validate() {
@@ -325,7 +283,8 @@ double Trainer::validate() {
     tokens = int64_t(totals[1].item<double>());
   }
   double loss = loss_sum / double(std::max<int64_t>(tokens, 1));
-  logger_->log_validation(step_, loss, tokens);
+  metrics_->log_validation(step_, loss, tokens);
+  checkpointer_->record_validation_loss(step_, loss);
   return loss;
 }
 
@@ -351,7 +310,7 @@ std::map<std::string, ShardLayouts> Trainer::shard_layouts() const {
 void Trainer::load_state_dicts(const std::map<std::string, StateDict>& state) {
   auto part = [&](const std::string& name) -> const StateDict& {
     auto it = state.find(name);
-    if (it == state.end()) throw InputError(fmt::format("state error: missing '{}' state", name));
+    if (it == state.end()) throw std::logic_error(fmt::format("trainer: the loaded state has no '{}' part", name));
     return it->second;
   };
   {

@@ -16,7 +16,7 @@
 #include "ctitan/data/packed_loader.h"
 #include "ctitan/data/tokenizer.h"
 #include "ctitan/distributed/init_distributed.h"
-#include "ctitan/metrics/metrics_logger.h"
+#include "ctitan/metrics/metrics_processor.h"
 #include "ctitan/models/llama/model.h"
 #include "ctitan/train/adamw.h"
 #include "ctitan/train/housekeeping.h"
@@ -70,9 +70,6 @@ class Trainer {
   void setup_parallelism();
   // The parameters the optimizer steps on: the model's own, or FSDP's fp32 shards.
   std::vector<std::pair<std::string, torch::Tensor>> trained_parameters() const;
-  // Payload bytes of every collective on the mesh's groups so far.
-  int64_t comm_bytes() const;
-  void log_metrics(const StepResult& result);
   std::unique_ptr<data::PackedLoader> make_loader(const std::string& path, const std::string& format,
                                                   const std::string& key) const;
 
@@ -91,26 +88,15 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<LrScheduler> lr_scheduler_;
   std::unique_ptr<data::PackedLoader> dataloader_;
-  std::unique_ptr<metrics::MetricsLogger> logger_;
+  std::unique_ptr<metrics::MetricsProcessor> metrics_;
   std::unique_ptr<Housekeeper> housekeeper_;
   std::unique_ptr<checkpoint::CheckpointManager> checkpointer_;
   bool in_optimizer_update_ = false;  // an exception here leaves parameters partly updated
   int64_t grad_accum_steps_ = 1;
-  double flops_per_token_ = 0;
-  double peak_flops_ = 0;
 
   // Train state.
   int64_t step_ = 0;
   int64_t ntokens_seen_ = 0;
-
-  // Accumulated between log steps as plain numbers only.
-  struct SinceLastLog {
-    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-    int64_t steps = 0, tokens = 0, allocs_at_start = 0, page_faults_at_start = 0;
-    double data_seconds = 0;
-    double comm_seconds = 0;  // blocked in collectives on the training thread
-    int64_t comm_bytes_at_start = 0;
-  } since_log_;
 };
 
 }  // namespace ctitan::train

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "ctitan/common/dtype_names.h"
 #include "ctitan/common/error.h"
 
 namespace ctitan::checkpoint::hf {
@@ -46,20 +47,12 @@ double rope_theta_of(const nlohmann::json& config, const std::string& source) {
 
 }  // namespace
 
-torch::ScalarType dtype_from_name(const std::string& name, const std::string& source) {
-  if (name == "float32") return torch::kFloat;
-  if (name == "bfloat16") return torch::kBFloat16;
-  if (name == "float16") return torch::kHalf;
-  throw InputError(fmt::format("{}: dtype '{}' is not one of float32, bfloat16, float16", source, name));
-}
-
-std::string dtype_name(torch::ScalarType dtype) {
-  switch (dtype) {
-    case torch::kFloat: return "float32";
-    case torch::kBFloat16: return "bfloat16";
-    case torch::kHalf: return "float16";
-    default: throw InputError(fmt::format("HF export: dtype {} is not float32, bfloat16 or float16", c10::toString(dtype)));
+torch::ScalarType float_dtype_from_name(const std::string& name, const std::string& source) {
+  auto dtype = ctitan::dtype_from_name(name);
+  if (!dtype || !c10::isFloatingType(*dtype) || *dtype == torch::kDouble) {
+    throw InputError(fmt::format("{}: dtype '{}' is not one of float32, bfloat16, float16", source, name));
   }
+  return *dtype;
 }
 
 nlohmann::json hf_config_json(const ModelArgs& args, torch::ScalarType dtype,
@@ -78,7 +71,7 @@ nlohmann::json hf_config_json(const ModelArgs& args, torch::ScalarType dtype,
       {"rope_scaling", nullptr},
       {"vocab_size", args.vocab_size},
       {"max_position_embeddings", args.max_seq_len},
-      {"torch_dtype", dtype_name(dtype)},
+      {"torch_dtype", *ctitan::dtype_name(dtype)},
       {"tie_word_embeddings", false},
       {"hidden_act", "silu"},
       {"attention_bias", false},

@@ -27,9 +27,9 @@ nlohmann::json hf_config_json(const models::llama::ModelArgs& args, torch::Scala
 // InputError naming `source` and the key.
 models::llama::ModelArgs model_args_from_hf_config(const nlohmann::json& config, const std::string& source);
 
-// "float32" | "bfloat16" | "float16" <-> dtype, as config.json's torch_dtype and --dtype spell it.
-torch::ScalarType dtype_from_name(const std::string& name, const std::string& source);
-std::string dtype_name(torch::ScalarType dtype);
+// "float32" | "bfloat16" | "float16" as config.json's torch_dtype and --dtype spell them; anything
+// else is an InputError naming `source`.
+torch::ScalarType float_dtype_from_name(const std::string& name, const std::string& source);
 
 // `args` with multiple_of / ffn_dim_multiplier chosen so that ffn_hidden_dim() == hidden: HF
 // configs give the FFN size directly, ModelArgs derives it.

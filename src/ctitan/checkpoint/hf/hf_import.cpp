@@ -68,7 +68,7 @@ HfModel import_hf(const fs::path& dir) {
   auto config = read_json(config_path);
   result.args = model_args_from_hf_config(config, config_path.string());
   if (config.contains("torch_dtype") && config["torch_dtype"].is_string()) {
-    result.dtype = dtype_from_name(config["torch_dtype"].get<std::string>(), config_path.string() + " torch_dtype");
+    result.dtype = float_dtype_from_name(config["torch_dtype"].get<std::string>(), config_path.string() + " torch_dtype");
   }
 
   for (const auto& file : weight_files(dir)) {

@@ -1,9 +1,8 @@
 #pragma once
 // Incremental decoding with a key/value cache: each new token attends to the cached keys and
 // values of the tokens before it, so generating n tokens costs n single-position forwards
-// instead of n ever-longer full forwards. Runs the model's own modules and weights (norms,
-// Linear projections, apply_rope); only attention's bookkeeping is reimplemented here, so that
-// model.{h,cpp} stays the training path.
+// instead of n ever-longer full forwards. Runs the model's own blocks, each attention layer given
+// its KVCacheSlot (model.h); this class only owns the cache and the position.
 #include <torch/torch.h>
 
 #include <vector>
@@ -23,16 +22,12 @@ class CachedDecoder {
   torch::Tensor forward(const torch::Tensor& tokens);
 
   int64_t position() const { return pos_; }
-  int64_t capacity() const { return max_len_; }
 
  private:
-  torch::Tensor attention(TransformerBlockImpl& block, int64_t layer, const torch::Tensor& x, const RopeTables& rope);
-
   TransformerImpl& model_;
   int64_t max_len_, pos_ = 0;
   RopeTables rope_;
-  // Per layer: (B, max_len, n_kv_heads, head_dim); positions [0, pos_) are filled.
-  std::vector<torch::Tensor> keys_, values_;
+  std::vector<KVCacheSlot> slots_;  // one per layer; positions [0, pos_) are filled
 };
 
 }  // namespace ctitan::models::llama

@@ -56,16 +56,25 @@ AttentionImpl::AttentionImpl(const ModelArgs& args)
   wo = register_module("wo", linear(n_heads_ * head_dim_, args.dim));
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope, KVCacheSlot* cache) {
   auto B = x.size(0), T = x.size(1);
   // (B, T, H, D) per projection; kv have n_kv_heads heads.
   auto q = apply_rope(wq(x).view({B, T, n_heads_, head_dim_}), rope);
   auto k = apply_rope(wk(x).view({B, T, n_kv_heads_, head_dim_}), rope);
   auto v = wv(x).view({B, T, n_kv_heads_, head_dim_});
+  int64_t q_start = 0;
+  if (cache) {
+    // (B, S, n_kv_heads, D), S = start + T: the cached positions, then x's.
+    q_start = cache->start;
+    cache->keys.slice(1, q_start, q_start + T).copy_(k);
+    cache->values.slice(1, q_start, q_start + T).copy_(v);
+    k = cache->keys.slice(1, 0, q_start + T);
+    v = cache->values.slice(1, 0, q_start + T);
+  }
   k = repeat_kv(k, n_heads_ / n_kv_heads_);
   v = repeat_kv(v, n_heads_ / n_kv_heads_);
-  // Causal: position t attends to positions <= t. (B, T, H*D)
-  return wo(ops::causal_attention(q, k, v));
+  // Causal: position p attends to positions <= p. (B, T, H*D)
+  return wo(ops::causal_attention(q, k, v, q_start));
 }
 
 FeedForwardImpl::FeedForwardImpl(const ModelArgs& args) {
@@ -86,8 +95,8 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t id, const ModelArgs& args) : 
   ffn_norm = register_module("ffn_norm", RMSNorm(args.dim, args.norm_eps));
 }
 
-torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
-  auto h = x + attention(attention_norm(x), rope);
+torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope, KVCacheSlot* cache) {
+  auto h = x + attention(attention_norm(x), rope, cache);
   return h + feed_forward(ffn_norm(h));
 }
 

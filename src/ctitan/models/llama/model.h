@@ -31,10 +31,20 @@ RopeTables make_rope_tables(const ModelArgs& args, torch::Device device);
 // complex numbers, computed in fp32.
 torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope);
 
+// One layer's keys and values for incremental decoding (kv_cache.h owns them), as Meta's reference
+// Llama keeps cache_k / cache_v per attention layer.
+struct KVCacheSlot {
+  torch::Tensor keys, values;  // (B, max_len, n_kv_heads, head_dim); positions [0, start) are filled
+  int64_t start = 0;           // the position of x's first token
+};
+
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelArgs& args);
-  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);
+  // x: (B, T, dim) -> (B, T, dim). `rope` covers x's positions. With `cache`, x's keys and values
+  // are written into it at [start, start + T) and x attends to every cached position before its
+  // own as well; without, x is the whole sequence (training).
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, KVCacheSlot* cache = nullptr);
   torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
 
  private:
@@ -53,7 +63,7 @@ TORCH_MODULE(FeedForward);
 class TransformerBlockImpl : public torch::nn::Module {
  public:
   TransformerBlockImpl(int64_t layer_id, const ModelArgs& args);
-  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, KVCacheSlot* cache = nullptr);
   int64_t layer_id;
   Attention attention{nullptr};
   FeedForward feed_forward{nullptr};

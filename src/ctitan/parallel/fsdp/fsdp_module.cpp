@@ -45,7 +45,7 @@ void FSDPModule::fully_shard(const std::vector<std::pair<std::string, const torc
     }
   }
   const size_t index = param_groups_.size();
-  param_groups_.push_back(std::make_unique<ParamGroup>(modules.front().first, std::move(params), groups_, mp_,
+  param_groups_.push_back(std::make_unique<FSDPParamGroup>(modules.front().first, std::move(params), groups_, mp_,
                                                        reshard_after_forward));
   needs_post_backward_.push_back(false);
   hooks_.add_pre_forward(*modules.front().second, [this, index](const torch::Tensor& x) { return pre_forward(index, x); });

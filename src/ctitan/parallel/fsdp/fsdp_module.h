@@ -1,6 +1,6 @@
 #pragma once
 // FSDP2-style fully sharded data parallelism, applied to a model from outside through its
-// forward hooks (models/module_hooks.h). Each fully_shard() call makes one ParamGroup of the
+// forward hooks (models/module_hooks.h). Each fully_shard() call makes one FSDPParamGroup of the
 // given modules' parameters; the FSDPModule runs the schedule for all of them:
 //
 // forward, group i:   pre:  all-gather i (unless prefetched), prefetch i+1, wait for i
@@ -31,7 +31,7 @@
 #include "ctitan/models/module_hooks.h"
 #include "ctitan/parallel/data_parallel.h"
 #include "ctitan/parallel/fsdp/fsdp_options.h"
-#include "ctitan/parallel/fsdp/param_group.h"
+#include "ctitan/parallel/fsdp/fsdp_param_group.h"
 
 namespace ctitan::parallel::fsdp {
 
@@ -80,7 +80,7 @@ class FSDPModule final : public DataParallel {
   models::ModuleHooks& hooks_;
   MeshGroups groups_;
   MixedPrecisionPolicy mp_;
-  std::vector<std::unique_ptr<ParamGroup>> param_groups_;
+  std::vector<std::unique_ptr<FSDPParamGroup>> param_groups_;
   std::vector<bool> needs_post_backward_;  // ran a forward with grad since its last post-backward
   bool sync_ = true;
   bool callback_queued_ = false;

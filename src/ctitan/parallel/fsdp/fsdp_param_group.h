@@ -5,8 +5,8 @@
 //
 // Lifetime of the unsharded parameters (FSDP2's): unshard() all-gathers into a temporary buffer
 // and copies each parameter out into its own tensor, which becomes the module parameter's data;
-// reshard() replaces that data with an empty tensor, so the memory is freed as soon as autograd
-// no longer holds it. Buffers handed to a collective are held by its Work until wait(), no longer.
+// reshard() resizes that tensor's storage to zero bytes (the parameter keeps its shape and
+// identity for autograd), so the memory is freed at once. Buffers handed to a collective are held by its Work until wait(), no longer.
 #include <torch/torch.h>
 
 #include <memory>
@@ -22,10 +22,10 @@ class Work;
 
 namespace ctitan::parallel::fsdp {
 
-class ParamGroup {
+class FSDPParamGroup {
  public:
   // Takes each module parameter's rows for this rank into the flat shard and frees the rest.
-  ParamGroup(std::string name, std::vector<std::pair<std::string, torch::Tensor>> module_params, MeshGroups groups,
+  FSDPParamGroup(std::string name, std::vector<std::pair<std::string, torch::Tensor>> module_params, MeshGroups groups,
              MixedPrecisionPolicy mp, bool reshard_after_forward);
 
   const std::string& name() const { return name_; }
@@ -38,8 +38,7 @@ class ParamGroup {
   // Completes the all-gather (issuing it first if needed) and makes the module parameters hold
   // the unsharded data in param_dtype. Returns the seconds spent blocked on communication.
   double unshard();
-  bool is_unsharded() const { return unsharded_; }
-  // Module parameters hold empty tensors again; a prefetched gather still in flight is dropped.
+  // Module parameters' storage is freed again; a prefetched gather still in flight is dropped.
   void reshard();
 
   // After this group's backward: moves the module parameters' gradients into the reduce buffer
@@ -50,9 +49,6 @@ class ParamGroup {
   // adds the result into the sharded parameters' .grad. Returns the seconds spent blocked.
   double finish_reduce();
   bool reduce_pending() const { return reduce_work_ != nullptr; }
-
-  // Bytes of the flat shard (fp32 parameters on this rank, padding included).
-  int64_t sharded_bytes() const { return flat_shard_.nbytes(); }
 
  private:
   torch::Tensor gradients_into_reduce_buffer() const;
@@ -71,7 +67,6 @@ class ParamGroup {
   torch::Tensor unsynced_grads_;     // (N * S,) reduce_dtype: gradients of microbatches not reduced yet
   std::shared_ptr<distributed::Work> reduce_work_;
   torch::Tensor reduced_;            // (S,) reduce_dtype: this rank's reduced gradient shard
-  bool replica_reduce_issued_ = false;
 };
 
 }  // namespace ctitan::parallel::fsdp

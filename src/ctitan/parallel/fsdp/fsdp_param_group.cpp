@@ -1,4 +1,4 @@
-#include "ctitan/parallel/fsdp/param_group.h"
+#include "ctitan/parallel/fsdp/fsdp_param_group.h"
 
 #include <fmt/format.h>
 
@@ -16,7 +16,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-ParamGroup::ParamGroup(std::string name, std::vector<std::pair<std::string, torch::Tensor>> module_params,
+FSDPParamGroup::FSDPParamGroup(std::string name, std::vector<std::pair<std::string, torch::Tensor>> module_params,
                        MeshGroups groups, MixedPrecisionPolicy mp, bool reshard_after_forward)
     : name_(std::move(name)), groups_(std::move(groups)), mp_(mp), reshard_after_forward_(reshard_after_forward) {
   world_ = groups_.shard->size();
@@ -57,7 +57,7 @@ ParamGroup::ParamGroup(std::string name, std::vector<std::pair<std::string, torc
   }
 }
 
-void ParamGroup::unshard_async() {
+void FSDPParamGroup::unshard_async() {
   if (unsharded_ || gather_work_) return;
   torch::NoGradGuard no_grad;
   // (S,) param_dtype: the cast is of 1/N of the group, once per gather.
@@ -66,7 +66,7 @@ void ParamGroup::unshard_async() {
   gather_work_ = groups_.shard->all_gather_into_tensor(gathered_, input, /*async_op=*/true);
 }
 
-double ParamGroup::unshard() {
+double FSDPParamGroup::unshard() {
   if (unsharded_) return 0;
   unshard_async();
   auto start = std::chrono::steady_clock::now();
@@ -91,7 +91,7 @@ double ParamGroup::unshard() {
   return blocked;
 }
 
-void ParamGroup::reshard() {
+void FSDPParamGroup::reshard() {
   if (gather_work_) {  // a prefetch nobody used: it was issued on every rank, so it must complete
     gather_work_->wait();
     gather_work_.reset();
@@ -102,7 +102,7 @@ void ParamGroup::reshard() {
   unsharded_ = false;
 }
 
-torch::Tensor ParamGroup::gradients_into_reduce_buffer() const {
+torch::Tensor FSDPParamGroup::gradients_into_reduce_buffer() const {
   const int64_t S = flat_shard_.numel();
   // (N * S,) reduce_dtype, laid out as the reduce-scatter wants it: rank r's shard of every
   // parameter at [r*S, (r+1)*S), padding rows zero.
@@ -124,7 +124,7 @@ torch::Tensor ParamGroup::gradients_into_reduce_buffer() const {
   return buffer;
 }
 
-void ParamGroup::post_backward(bool sync) {
+void FSDPParamGroup::post_backward(bool sync) {
   torch::NoGradGuard no_grad;
   auto grads = gradients_into_reduce_buffer();
   for (auto& sp : params_) sp.module_param.mutable_grad() = torch::Tensor();  // the unsharded gradient is freed here
@@ -144,7 +144,7 @@ void ParamGroup::post_backward(bool sync) {
   reduce_work_ = groups_.shard->reduce_scatter_tensor(reduced_, grads, distributed::ReduceOp::kSum, /*async_op=*/true);
 }
 
-double ParamGroup::finish_reduce() {
+double FSDPParamGroup::finish_reduce() {
   if (!reduce_work_) return 0;
   auto start = std::chrono::steady_clock::now();
   reduce_work_->wait();

@@ -1,0 +1,72 @@
+#pragma once
+// What the trainer logs and how it is computed, as torchtitan's MetricsProcessor: throughput
+// (tokens/s, TFLOP/s, MFU), memory, the compute/communication split, and the global loss.
+// Between log steps it accumulates plain numbers only; at a log step it reads the step's loss and
+// grad norm once and runs the only metric collectives (loss sum over dp, step-time max over the
+// world). A step never waits on the host for a number it only logs.
+#include <torch/torch.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ctitan/common/state_dict.h"
+#include "ctitan/metrics/metrics_logger.h"
+
+namespace ctitan::distributed {
+class Communicator;
+}
+
+namespace ctitan::metrics {
+
+struct MetricsSetup {
+  double flops_per_token = 0;  // the model's training FLOPs per token (torchtitan's formula)
+  double peak_flops = 0;       // the FLOP/s MFU divides by
+  // Null for one process. dp: the loss is summed over it; world: the step time is maxed over it.
+  std::shared_ptr<distributed::Communicator> dp_group, world;
+  std::function<int64_t()> comm_bytes;  // payload bytes of the mesh's collectives so far
+  std::string jsonl_path;               // empty: no metrics.jsonl on this rank
+  std::string tensorboard_dir;          // empty: no TensorBoard events from this rank
+};
+
+// The tensors whose storage makes up this rank's model state at a log step.
+struct ModelState {
+  const std::vector<torch::Tensor>& params;  // what the optimizer steps on (FSDP: the shards)
+  const StateDict& optimizer_state;
+};
+
+class MetricsProcessor {
+ public:
+  explicit MetricsProcessor(MetricsSetup setup);
+
+  // Starts a logging window: throughput, memory peaks and counters are measured from here.
+  void start_window();
+  // After every step: tokens this rank processed and seconds it waited for data.
+  void record_step(int64_t tokens, double data_seconds);
+  // Seconds the training thread was blocked in collectives (not hidden by compute).
+  void add_comm_seconds(double seconds) { window_.comm_seconds += seconds; }
+
+  // At a log step: `loss` is this rank's share of the global mean (its dp-group sum is the mean),
+  // `grad_norm` the global norm. Writes the console line and a metrics.jsonl row, then starts the
+  // next window.
+  void log(int64_t step, const torch::Tensor& loss, const torch::Tensor& grad_norm, double lr,
+           const ModelState& state);
+  void log_validation(int64_t step, double loss, int64_t tokens) { logger_.log_validation(step, loss, tokens); }
+  void flush() { logger_.flush(); }
+
+ private:
+  struct Window {
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    int64_t steps = 0, tokens = 0, allocs_at_start = 0, page_faults_at_start = 0, comm_bytes_at_start = 0;
+    double data_seconds = 0;
+    double comm_seconds = 0;
+  };
+
+  MetricsSetup setup_;
+  MetricsLogger logger_;
+  Window window_;
+};
+
+}  // namespace ctitan::metrics
