@@ -75,6 +75,7 @@ TEST(ConfigManager, UnknownKeysSuggestTheNearestOne) {
   expect_config_error("", {"--traning.seq_len", "8"}, "(did you mean training.seq_len?)");
   try {
     parse_job_config("", "job.toml", {"--optimizer.learning_rate", "1"});
+    FAIL() << "no error for an unknown key";
   } catch (const ConfigError& e) {
     EXPECT_EQ(std::string(e.what()).find("did you mean"), std::string::npos) << e.what();
   }

@@ -78,7 +78,6 @@ std::string CheckpointManager::try_load(const std::filesystem::path& step_dir, P
 
 bool CheckpointManager::load(PartStates& state, const PartLayouts& layouts) {
   const auto& c = config_.checkpoint;
-  if (c.enable && c.keep_best) best_ = read_best(folder_);  // a resumed run keeps its best
   if (c.enable) {
     // Rank 0's listing is the one every rank walks, so all try the same checkpoints in order.
     std::string listing;
@@ -103,6 +102,7 @@ bool CheckpointManager::load(PartStates& state, const PartLayouts& layouts) {
       auto error = join_rank_errors(coordinator_->all_gather(try_load(dir, state, layouts, false)));
       if (error.empty()) {
         spdlog::info("resumed from checkpoint {}", dir.string());
+        if (c.keep_best) resume_best(step);
         return true;
       }
       if (first_error.empty()) first_error = error;
@@ -123,6 +123,11 @@ bool CheckpointManager::load(PartStates& state, const PartLayouts& layouts) {
 
 std::string CheckpointManager::save(int64_t step, PartStates state, const PartLayouts& layouts, bool model_only) {
   auto start = std::chrono::steady_clock::now();
+  try {
+    if (before_save_) before_save_();
+  } catch (const std::exception& e) {
+    return e.what();  // a save reports failures as its one-line error, never by throwing
+  }
   worker_.wait();  // a save first waits for the previous one
   {
     std::lock_guard<std::mutex> lock(error_mutex_);
@@ -143,13 +148,15 @@ std::string CheckpointManager::save(int64_t step, PartStates state, const PartLa
   }
   const int64_t keep = config_.checkpoint.keep_latest_k;
   const bool purger = place_.rank == 0;
-  // A new best is recorded once its checkpoint is committed, and is never purged.
+  // A new best becomes the best once its checkpoint is committed (then best.json is written and
+  // the step is protected from purges); until then, and if the save fails, the old best stays.
   const bool new_best = pending_best_ && pending_best_->step == step;
-  const BestCheckpoint best = new_best ? *pending_best_ : best_;
-  if (new_best) {
-    best_ = best;
-    pending_best_.reset();
-  }
+  const BestCheckpoint best = new_best ? *pending_best_ : committed_best();
+  pending_best_.reset();
+  if (new_best) best_handed_loss_ = best.validation_loss;
+  auto commit_best = [this, best, new_best] {
+    if (new_best) set_committed_best(best);
+  };
   auto purge = [folder = folder_, keep, purger, best, new_best] {
     if (!purger) return;
     if (new_best) write_best(folder, best);
@@ -169,9 +176,10 @@ std::string CheckpointManager::save(int64_t step, PartStates state, const PartLa
       buffer.copy_(s.tensor.detach());
       s.tensor = buffer;
     }
-    worker_.submit([this, request, to_write = std::move(to_write), purge] {
+    worker_.submit([this, request, to_write = std::move(to_write), purge, commit_best] {
       try {
         execute_save(*coordinator_, request, to_write);
+        commit_best();
         spdlog::info("saved checkpoint {} (async)", request.step_dir.string());
         purge();
       } catch (const std::exception& e) {
@@ -189,6 +197,7 @@ std::string CheckpointManager::save(int64_t step, PartStates state, const PartLa
     last_blocked_seconds_ = seconds_since(start);
     return e.what();
   }
+  commit_best();
   last_blocked_seconds_ = seconds_since(start);
   spdlog::info("saved checkpoint {} in {:.3f} s", request.step_dir.string(), last_blocked_seconds_);
   worker_.submit(purge);  // retention runs in the background
@@ -224,9 +233,36 @@ bool CheckpointManager::save_due(int64_t step, bool last) const {
          (pending_best_ && pending_best_->step == step);
 }
 
+BestCheckpoint CheckpointManager::committed_best() const {
+  std::lock_guard<std::mutex> lock(error_mutex_);
+  return best_;
+}
+
+void CheckpointManager::set_committed_best(const BestCheckpoint& best) {
+  std::lock_guard<std::mutex> lock(error_mutex_);
+  best_ = best;
+}
+
+void CheckpointManager::resume_best(int64_t resumed_step) {
+  // Rank 0's best.json, as every rank sees it (the folder may not be shared between nodes), so
+  // that all ranks agree on which validation loss makes a save due.
+  auto mine = place_.rank == 0 ? read_best(folder_) : BestCheckpoint{};
+  std::istringstream agreed(coordinator_->all_gather(fmt::format("{} {:.17g}", mine.step, mine.validation_loss))[0]);
+  BestCheckpoint best;
+  agreed >> best.step >> best.validation_loss;
+  if (best.step > resumed_step) {
+    // Recorded by a run that went past the step resumed from and was abandoned: not this run's.
+    if (place_.rank == 0) spdlog::info("ignoring {}: its step {} is after the resumed step {}", kBestFile, best.step, resumed_step);
+    best = BestCheckpoint{};
+  }
+  set_committed_best(best);
+  best_handed_loss_ = best.validation_loss;
+}
+
 void CheckpointManager::record_validation_loss(int64_t step, double loss) {
   if (!config_.checkpoint.enable || !config_.checkpoint.keep_best) return;
-  const double best_so_far = pending_best_ ? pending_best_->validation_loss : best_.validation_loss;
+  // Against every loss already handed to a save (an async one may not have committed yet).
+  const double best_so_far = std::min(pending_best_ ? pending_best_->validation_loss : INFINITY, best_handed_loss_);
   if (loss < best_so_far) pending_best_ = BestCheckpoint{step, loss};
 }
 

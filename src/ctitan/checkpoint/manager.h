@@ -2,6 +2,7 @@
 // CheckpointManager: the [checkpoint] policy around the sharded save and load. The trainer calls
 // load() once at startup, step_starting() and after_step() around every step, and
 // on_exception() when a step throws. See docs/CHECKPOINT_FORMAT.md.
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -67,6 +68,10 @@ class CheckpointManager {
   // planning, snapshotting, and for a sync save, writing).
   double last_blocked_seconds() const { return last_blocked_seconds_; }
 
+  // Runs on the training thread before every save, e.g. to put the metrics logged so far on disk
+  // before the checkpoint that covers their steps commits.
+  void set_before_save(std::function<void()> hook) { before_save_ = std::move(hook); }
+
   // Saves `state` as step `step` now (collective). Returns "" or the one-line error.
   std::string save(int64_t step, PartStates state, const PartLayouts& layouts, bool model_only);
 
@@ -75,6 +80,10 @@ class CheckpointManager {
                        bool model_only);
   bool any_rank_stopping();
   bool save_due(int64_t step, bool last) const;
+  BestCheckpoint committed_best() const;
+  void set_committed_best(const BestCheckpoint& best);
+  // keep_best after resuming from `resumed_step`: rank 0's best.json, unless it is newer.
+  void resume_best(int64_t resumed_step);
 
   config::JobConfig config_;
   std::string config_toml_;
@@ -86,10 +95,12 @@ class CheckpointManager {
   PartStates boundary_state_;  // per-rank parts at the last step start
   int64_t boundary_step_ = -1;
   bool save_failed_ = false;   // the exception in flight is a failed save
-  BestCheckpoint best_;        // keep_best: the committed best (best.json)
+  BestCheckpoint best_;        // keep_best: the committed best (best.json); under error_mutex_
   std::optional<BestCheckpoint> pending_best_;  // a better validation loss, to be saved at its step
+  double best_handed_loss_ = INFINITY;          // the lowest validation loss handed to a save
+  std::function<void()> before_save_;
   std::map<std::string, torch::Tensor> staging_;  // async snapshot buffers by slice identity
-  std::mutex error_mutex_;
+  mutable std::mutex error_mutex_;  // async_error_ and best_, which the background thread sets
   std::string async_error_;    // set by the background thread
   double last_blocked_seconds_ = 0;
   BackgroundWorker worker_;    // last: joined before the members its jobs use are destroyed

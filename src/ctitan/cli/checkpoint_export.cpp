@@ -28,7 +28,12 @@ int64_t parse_size(const std::string& text) {
   if (!std::regex_match(text, m, re)) {
     throw InputError(fmt::format("--max-shard-size '{}' is not a size like 5GB, 500MB or 1048576", text));
   }
-  int64_t value = std::stoll(m[1].str());
+  int64_t value = 0;
+  try {
+    value = std::stoll(m[1].str());
+  } catch (const std::out_of_range&) {
+    throw InputError(fmt::format("--max-shard-size '{}' is too large", text));
+  }
   std::string unit = m[2].str();
   for (auto& c : unit) c = char(std::toupper(c));
   int64_t scale = 1;

@@ -14,5 +14,6 @@ void add_checkpoint_inspect(CLI::App& checkpoint);
 // `checkpoint export|import`; creates the `checkpoint` group if no other command has.
 void add_checkpoint_export_commands(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_report_command(CLI::App& app);
 
 }  // namespace ctitan::cli

@@ -1,5 +1,6 @@
 #include "ctitan/config/config_fields.h"
 
+#include <stdexcept>
 #include <utility>
 
 #include "ctitan/common/dtype_names.h"
@@ -34,7 +35,9 @@ Choice choice(T* member, const NameTable<T>& table) {
     for (size_t i = 0; i < table.size(); ++i) {
       if (table[i].first == *member) return i;
     }
-    return size_t(0);  // unreachable: members are only set from the table or its defaults
+    // A value outside the table was set by code, not parsed: printing it as another name would
+    // change the printed config (and its hash) silently.
+    throw std::logic_error("config: a choice member holds a value its table does not name");
   };
   return c;
 }
@@ -132,6 +135,7 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"parallelism", "fsdp_gradient_sync", choice(&c.parallelism.fsdp_gradient_sync, kGradientSyncs), "FSDP with accumulation: reduce-scatter every microbatch, or only the last"},
 
       {"comm", "init_timeout_seconds", &c.comm.init_timeout_seconds, "rendezvous and the first step's collectives"},
+      {"comm", "link_gbytes_per_s", &c.comm.link_gbytes_per_s, "the link's GB/s that metrics' bandwidth use divides by; 0 = measure a 64 MiB all-gather at startup"},
       {"comm", "train_timeout_seconds", &c.comm.train_timeout_seconds, "every collective after the first step"},
 
       {"checkpoint", "enable", &c.checkpoint.enable, "save checkpoints and resume from the newest valid one"},

@@ -272,6 +272,8 @@ void validate(const JobConfig& c) {
   require(p.tensor_parallel_degree >= 1,
           fmt::format("parallelism.tensor_parallel_degree must be >= 1 (got {})", p.tensor_parallel_degree));
   require(p.bucket_cap_mb > 0, fmt::format("parallelism.bucket_cap_mb must be > 0 (got {})", p.bucket_cap_mb));
+  require(c.comm.link_gbytes_per_s >= 0,
+          fmt::format("comm.link_gbytes_per_s must be >= 0 (got {})", c.comm.link_gbytes_per_s));
   require(c.comm.init_timeout_seconds > 0,
           fmt::format("comm.init_timeout_seconds must be > 0 (got {})", c.comm.init_timeout_seconds));
   require(c.comm.train_timeout_seconds > 0,

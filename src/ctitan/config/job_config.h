@@ -114,6 +114,7 @@ struct Parallelism {
 struct Comm {
   int64_t init_timeout_seconds = 300;   // rendezvous and the first step's collectives
   int64_t train_timeout_seconds = 100;  // every collective after the first step
+  double link_gbytes_per_s = 0;         // link bandwidth for metrics' bandwidth use; 0 = measure at startup
 };
 
 // Distributed checkpointing (docs/CHECKPOINT_FORMAT.md). Names and defaults as torchtitan's.

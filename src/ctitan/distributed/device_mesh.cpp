@@ -105,6 +105,14 @@ int64_t DeviceMesh::comm_bytes() const {
   return bytes;
 }
 
+double DeviceMesh::comm_seconds() const {
+  double seconds = 0;
+  for (const auto& [name, group] : groups_) {
+    for (const auto& [op, stats] : group->stats()) seconds += stats.seconds;
+  }
+  return seconds;
+}
+
 std::shared_ptr<Communicator> DeviceMesh::group(const std::string& dim) const {
   auto it = groups_.find(dim);
   if (it == groups_.end()) throw std::logic_error(fmt::format("device mesh has no group for '{}'", dim));

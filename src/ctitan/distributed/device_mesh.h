@@ -43,6 +43,8 @@ class DeviceMesh {
   void set_timeouts(std::chrono::milliseconds timeout);
   // Payload bytes of every collective issued on this rank's groups so far.
   int64_t comm_bytes() const;
+  // Seconds callers were blocked in collectives on those groups so far (overlapped time excluded).
+  double comm_seconds() const;
 
  private:
   std::vector<int64_t> dims_of(const std::string& name) const;  // indices of the mesh dims

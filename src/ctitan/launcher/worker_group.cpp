@@ -49,7 +49,9 @@ WorkerGroup::WorkerGroup(const LaunchOptions& options, int round, int store_port
     const bool torchrun_routing = !options.redirects.empty() || !options.tee.empty();
     const int to_file = attempt_dir.empty() ? 0 : torchrun_routing ? (redirected | teed) : 3;
     auto log = attempt_dir.empty() ? "" : fmt::format("{}/rank_{}.log", attempt_dir, spec.rank);
-    outputs_.push_back(std::make_unique<RankOutput>(spec.rank, shown ? 3 & ~redirected : 0, to_file, log));
+    // As torchrun: a teed stream reaches the console even when it is also redirected.
+    const int to_console = shown ? (3 & ~redirected) | teed : 0;
+    outputs_.push_back(std::make_unique<RankOutput>(spec.rank, to_console, to_file, log));
     workers_.push_back(std::make_unique<WorkerProcess>(spec));
   }
 }

@@ -76,6 +76,8 @@ int64_t minor_page_faults() {
   return int64_t(usage.ru_minflt);
 }
 
+int64_t physical_memory_bytes() { return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE)); }
+
 int64_t resident_set_bytes() {
   std::ifstream statm("/proc/self/statm");
   int64_t size_pages = 0, resident_pages = 0;

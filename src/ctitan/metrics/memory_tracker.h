@@ -18,6 +18,9 @@ bool memory_tracker_installed();
 MemoryStats memory_stats();
 void reset_peak_memory();
 
+// Physical memory of this machine (sysconf): the capacity CPU ranks share.
+int64_t physical_memory_bytes();
+
 // Resident set size of this process, from /proc/self/statm.
 int64_t resident_set_bytes();
 

@@ -1,6 +1,11 @@
 #include "ctitan/metrics/metrics_logger.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -40,6 +45,7 @@ void prepare_metrics_file(const std::string& path, int64_t resumed_step) {
 MetricsLogger::MetricsLogger(const std::string& jsonl_path, const std::string& tensorboard_dir) {
   if (!tensorboard_dir.empty()) tensorboard_ = std::make_unique<TensorBoardWriter>(tensorboard_dir);
   if (jsonl_path.empty()) return;
+  jsonl_path_ = jsonl_path;
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(jsonl_path).parent_path(), ec);
   jsonl_.open(jsonl_path, std::ios::app);
@@ -72,7 +78,17 @@ void MetricsLogger::log(const StepMetrics& m) {
              {"comm/exposed(s)", m.comm_exposed_s},
              {"comm/exposed(%)", 100.0 * m.comm_exposed_s / step_s},
              {"comm/bytes_per_step", m.comm_bytes_per_step},
+             {"comm/bandwidth(GB/s)", m.comm_bandwidth_gbps},
+             {"monitoring/memory(%)", m.monitoring.memory_pct},
+             {"monitoring/compute(%)", m.monitoring.compute_pct},
+             {"monitoring/bandwidth_use(%)", m.monitoring.bandwidth_use_pct},
+             {"monitoring/grad_sync(%)", m.monitoring.grad_sync_pct},
+             {"monitoring/worst_rank/memory(%)", m.worst.memory_pct},
+             {"monitoring/worst_rank/compute(%)", m.worst.compute_pct},
+             {"monitoring/worst_rank/bandwidth_use(%)", m.worst.bandwidth_use_pct},
+             {"monitoring/worst_rank/grad_sync(%)", m.worst.grad_sync_pct},
          }) {
+      if (std::isnan(value)) continue;  // not measured in this run (e.g. bandwidth of one process)
       tensorboard_->add_scalar(tag, value, m.step);
     }
   }
@@ -100,6 +116,16 @@ void MetricsLogger::log(const StepMetrics& m) {
       {"memory_optimizer_bytes", m.memory_optimizer_bytes},
       {"comm_exposed_ratio", m.time_step_s > 0 ? m.comm_exposed_s / m.time_step_s : 0.0},
   };
+  // Monitoring shares; null where not measured.
+  auto pct = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
+  for (const auto& [prefix, mon] : {std::pair<std::string, const Monitoring*>{"", &m.monitoring}, {"worst_", &m.worst}}) {
+    row[prefix + "memory_capacity_pct"] = pct(mon->memory_pct);
+    row[prefix + "compute_pct"] = pct(mon->compute_pct);
+    row[prefix + "comm_exposed_pct"] = pct(mon->exposed_comm_pct);
+    row[prefix + "comm_bandwidth_use_pct"] = pct(mon->bandwidth_use_pct);
+    row[prefix + "grad_sync_pct"] = pct(mon->grad_sync_pct);
+  }
+  row["comm_bandwidth_gbps"] = pct(m.comm_bandwidth_gbps);
   jsonl_ << row.dump() << '\n';
 }
 
@@ -109,6 +135,37 @@ void MetricsLogger::log_validation(int64_t step, double loss, int64_t tokens) {
   if (jsonl_.is_open()) {
     jsonl_ << nlohmann::json{{"step", step}, {"validation_loss", loss}, {"validation_tokens", tokens}}.dump()
            << '\n';
+  }
+}
+
+void MetricsLogger::log_summary(int64_t first_step, int64_t last_step, const std::vector<TargetCheck>& checks) {
+  spdlog::info("monitoring, steps {}..{}, worst rank, step-weighted:\n{}", first_step, last_step,
+               monitoring_table(checks));
+  if (jsonl_path_.empty()) return;
+  nlohmann::json summary = {{"first_step", first_step}, {"last_step", last_step}};
+  for (const auto& c : checks) {
+    summary[c.name] = {{"value_pct", std::isnan(c.value) ? nlohmann::json(nullptr) : nlohmann::json(c.value)},
+                       {"target", c.target},
+                       {"met", c.met ? nlohmann::json(*c.met) : nlohmann::json(nullptr)}};
+  }
+  // Beside metrics.jsonl, whose rows stay one per logged step for every reader.
+  const auto path = std::filesystem::path(jsonl_path_).parent_path() / "monitoring_summary.json";
+  std::ofstream out(path);
+  out << summary.dump(2) << '\n';
+  if (!out) throw IoError(fmt::format("cannot write {}", path.string()));
+}
+
+void MetricsLogger::sync() {
+  flush();
+  for (const std::string& path : {jsonl_path_, tensorboard_ ? tensorboard_->path() : std::string()}) {
+    if (path.empty()) continue;
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::fsync(fd) != 0) {
+      int err = errno;
+      if (fd >= 0) ::close(fd);
+      throw IoError(fmt::format("cannot sync metrics file {}: {}", path, std::strerror(err)));
+    }
+    ::close(fd);
   }
 }
 

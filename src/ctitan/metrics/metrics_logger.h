@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "ctitan/metrics/monitoring.h"
 #include "ctitan/metrics/tensorboard_writer.h"
 
 namespace ctitan::metrics {
@@ -35,6 +36,9 @@ struct StepMetrics {
   int64_t memory_params_bytes = 0;
   int64_t memory_grads_bytes = 0;
   int64_t memory_optimizer_bytes = 0;
+  // The monitoring table's shares (monitoring.h): this rank's, and the worst over all ranks.
+  Monitoring monitoring, worst;
+  double comm_bandwidth_gbps = NAN;  // collective payload GB per second blocked in collectives
 };
 
 // Makes `path` ready for a run that starts after step `resumed_step` (0: a fresh run). A fresh run
@@ -50,9 +54,15 @@ class MetricsLogger {
   MetricsLogger(const std::string& jsonl_path, const std::string& tensorboard_dir);
   void log(const StepMetrics& m);
   void log_validation(int64_t step, double loss, int64_t tokens);
+  // The end-of-run monitoring table: to the console, and to monitoring_summary.json beside
+  // metrics.jsonl.
+  void log_summary(int64_t first_step, int64_t last_step, const std::vector<TargetCheck>& checks);
   void flush();
+  // flush(), then fsync the files: the rows and points written so far are on disk when it returns.
+  void sync();
 
  private:
+  std::string jsonl_path_;
   std::ofstream jsonl_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
 };

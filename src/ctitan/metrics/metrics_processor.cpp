@@ -11,8 +11,36 @@ namespace ctitan::metrics {
 
 MetricsProcessor::MetricsProcessor(MetricsSetup setup) : setup_(std::move(setup)), logger_(setup_.jsonl_path, setup_.tensorboard_dir) {}
 
+namespace {
+
+// Worst over ranks in one MAX all-reduce: the step time and the shares where higher is worse go
+// as they are, those where lower is worse (compute, bandwidth use) negated. A NaN (not measured)
+// goes as the lowest value, so that it never wins.
+constexpr double kNotMeasured = -1e300;
+double encode(double v, bool lower_is_worse) { return std::isnan(v) ? kNotMeasured : lower_is_worse ? -v : v; }
+double decode(double v, bool lower_is_worse) { return v == kNotMeasured ? NAN : lower_is_worse ? -v : v; }
+
+}  // namespace
+
+Monitoring MetricsProcessor::window_monitoring(double seconds, int64_t peak_bytes, double* bandwidth_gbps) const {
+  Monitoring m;
+  if (setup_.memory_capacity_bytes > 0) m.memory_pct = 100.0 * double(peak_bytes) / double(setup_.memory_capacity_bytes);
+  m.exposed_comm_pct = 100.0 * window_.comm_seconds / seconds;
+  m.compute_pct = std::max(0.0, 100.0 - m.exposed_comm_pct - 100.0 * window_.data_seconds / seconds);
+  *bandwidth_gbps = NAN;
+  if (setup_.comm_seconds && setup_.comm_bytes) {
+    const double blocked = setup_.comm_seconds() - window_.collective_seconds_at_start;
+    const double bytes = double(setup_.comm_bytes() - window_.comm_bytes_at_start);
+    if (blocked > 0) *bandwidth_gbps = bytes / blocked / 1e9;
+    if (blocked > 0 && setup_.link_bytes_per_s > 0) m.bandwidth_use_pct = 100.0 * bytes / blocked / setup_.link_bytes_per_s;
+    m.grad_sync_pct = 100.0 * window_.grad_sync_seconds / seconds;
+  }
+  return m;
+}
+
 void MetricsProcessor::start_window() {
   window_ = Window{};
+  window_.collective_seconds_at_start = setup_.comm_seconds ? setup_.comm_seconds() : 0;
   window_.allocs_at_start = memory_stats().alloc_count;
   window_.page_faults_at_start = minor_page_faults();
   window_.comm_bytes_at_start = setup_.comm_bytes ? setup_.comm_bytes() : 0;
@@ -29,10 +57,20 @@ void MetricsProcessor::log(int64_t step, const torch::Tensor& loss, const torch:
                            const ModelState& state) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_.start).count();
   const double steps = double(std::max<int64_t>(window_.steps, 1));
+  const auto memory = memory_stats();
+  double bandwidth_gbps = NAN;
+  const Monitoring mine = window_monitoring(seconds, memory.peak_bytes, &bandwidth_gbps);
   auto global_loss = loss.detach().clone();
-  auto step_time = torch::tensor(seconds / steps, torch::kDouble);
+  // [step time, memory, compute, exposed comm, bandwidth use, grad sync], worst over the world.
+  const bool lower_is_worse[6] = {false, false, true, false, true, false};
+  const double values[6] = {seconds / steps,       mine.memory_pct,        mine.compute_pct,
+                            mine.exposed_comm_pct, mine.bandwidth_use_pct, mine.grad_sync_pct};
+  auto worst = torch::empty({6}, torch::kDouble);
+  for (int i = 0; i < 6; ++i) worst[i] = encode(values[i], lower_is_worse[i]);
   if (setup_.dp_group) setup_.dp_group->all_reduce(global_loss, distributed::ReduceOp::kSum);
-  if (setup_.world) setup_.world->all_reduce(step_time, distributed::ReduceOp::kMax);
+  if (setup_.world) setup_.world->all_reduce(worst, distributed::ReduceOp::kMax);
+  double w[6];
+  for (int i = 0; i < 6; ++i) w[i] = decode(worst[i].item<double>(), lower_is_worse[i]);
 
   StepMetrics m;
   m.step = step;
@@ -40,7 +78,10 @@ void MetricsProcessor::log(int64_t step, const torch::Tensor& loss, const torch:
   m.grad_norm = grad_norm.item<double>();  // global under DDP and FSDP: the same on every rank
   m.lr = lr;
   m.time_step_s = seconds / steps;
-  m.time_step_max_s = step_time.item<double>();
+  m.time_step_max_s = w[0];
+  m.monitoring = mine;
+  m.worst = Monitoring{w[1], w[2], w[3], w[4], w[5]};
+  m.comm_bandwidth_gbps = bandwidth_gbps;
   m.time_data_s = window_.data_seconds / steps;
   m.tps = double(window_.tokens) / seconds;
   m.tflops = setup_.flops_per_token * m.tps / 1e12;
@@ -48,7 +89,6 @@ void MetricsProcessor::log(int64_t step, const torch::Tensor& loss, const torch:
   m.comm_exposed_s = window_.comm_seconds / steps;
   const int64_t bytes_now = setup_.comm_bytes ? setup_.comm_bytes() : 0;
   m.comm_bytes_per_step = double(bytes_now - window_.comm_bytes_at_start) / steps;
-  const auto memory = memory_stats();
   m.memory_active_bytes = memory.active_bytes;
   m.memory_peak_bytes = memory.peak_bytes;
   m.memory_rss_bytes = resident_set_bytes();
@@ -61,7 +101,23 @@ void MetricsProcessor::log(int64_t step, const torch::Tensor& loss, const torch:
   for (const auto& [key, t] : state.optimizer_state) m.memory_optimizer_bytes += int64_t(t.nbytes());
   logger_.log(m);
   if (!std::isfinite(m.loss)) spdlog::warn("step {}: loss is {}", step, m.loss);
+
+  if (totals_.last_step == 0) totals_.first_step = step - window_.steps + 1;
+  totals_.last_step = step;
+  for (int i = 0; i < 5; ++i) {
+    if (std::isnan(w[i + 1])) continue;
+    totals_.weighted[i] += w[i + 1] * double(window_.steps);
+    totals_.weight[i] += window_.steps;
+  }
   start_window();
+}
+
+void MetricsProcessor::log_summary() {
+  if (totals_.last_step == 0) return;  // nothing was logged
+  double mean[5];
+  for (int i = 0; i < 5; ++i) mean[i] = totals_.weight[i] ? totals_.weighted[i] / double(totals_.weight[i]) : NAN;
+  logger_.log_summary(totals_.first_step, totals_.last_step,
+                      check_targets(Monitoring{mean[0], mean[1], mean[2], mean[3], mean[4]}));
 }
 
 }  // namespace ctitan::metrics

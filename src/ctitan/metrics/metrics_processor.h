@@ -14,6 +14,7 @@
 
 #include "ctitan/common/state_dict.h"
 #include "ctitan/metrics/metrics_logger.h"
+#include "ctitan/metrics/monitoring.h"
 
 namespace ctitan::distributed {
 class Communicator;
@@ -27,14 +28,17 @@ struct MetricsSetup {
   // Null for one process. dp: the loss is summed over it; world: the step time is maxed over it.
   std::shared_ptr<distributed::Communicator> dp_group, world;
   std::function<int64_t()> comm_bytes;  // payload bytes of the mesh's collectives so far
+  std::function<double()> comm_seconds;  // seconds blocked in the mesh's collectives so far
+  int64_t memory_capacity_bytes = 0;     // this rank's share of the device's memory
+  double link_bytes_per_s = 0;           // the link's bandwidth for bandwidth use; 0: unknown
   std::string jsonl_path;               // empty: no metrics.jsonl on this rank
   std::string tensorboard_dir;          // empty: no TensorBoard events from this rank
 };
 
 // The tensors whose storage makes up this rank's model state at a log step.
 struct ModelState {
-  const std::vector<torch::Tensor>& params;  // what the optimizer steps on (FSDP: the shards)
-  const StateDict& optimizer_state;
+  std::vector<torch::Tensor> params;  // what the optimizer steps on (FSDP: the shards)
+  StateDict optimizer_state;
 };
 
 class MetricsProcessor {
@@ -47,6 +51,8 @@ class MetricsProcessor {
   void record_step(int64_t tokens, double data_seconds);
   // Seconds the training thread was blocked in collectives (not hidden by compute).
   void add_comm_seconds(double seconds) { window_.comm_seconds += seconds; }
+  // Seconds from the end of backward compute until the gradients were ready (DataParallel).
+  void add_grad_sync_seconds(double seconds) { window_.grad_sync_seconds += seconds; }
 
   // At a log step: `loss` is this rank's share of the global mean (its dp-group sum is the mean),
   // `grad_norm` the global norm. Writes the console line and a metrics.jsonl row, then starts the
@@ -55,18 +61,32 @@ class MetricsProcessor {
            const ModelState& state);
   void log_validation(int64_t step, double loss, int64_t tokens) { logger_.log_validation(step, loss, tokens); }
   void flush() { logger_.flush(); }
+  void sync() { logger_.sync(); }  // flush and fsync: what was logged is on disk
+  // The end-of-run monitoring table over every logged window (worst rank, step-weighted).
+  void log_summary();
 
  private:
   struct Window {
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
     int64_t steps = 0, tokens = 0, allocs_at_start = 0, page_faults_at_start = 0, comm_bytes_at_start = 0;
     double data_seconds = 0;
-    double comm_seconds = 0;
+    double comm_seconds = 0;  // exposed: added by the trainer
+    double grad_sync_seconds = 0;
+    double collective_seconds_at_start = 0;  // the mesh's blocked seconds, for bandwidth
   };
+  // Step-weighted sums of the worst rank's shares over the logged windows, for log_summary().
+  struct RunTotals {
+    int64_t first_step = 0, last_step = 0;
+    double weighted[5] = {0, 0, 0, 0, 0};
+    int64_t weight[5] = {0, 0, 0, 0, 0};
+  };
+  // This rank's shares of the window ending now, and the comm bandwidth (GB/s).
+  Monitoring window_monitoring(double seconds, int64_t peak_bytes, double* bandwidth_gbps) const;
 
   MetricsSetup setup_;
   MetricsLogger logger_;
   Window window_;
+  RunTotals totals_;
 };
 
 }  // namespace ctitan::metrics

@@ -27,6 +27,9 @@ class DataParallel {
   // Seconds the training thread was blocked on this wrapper's collectives since the last call:
   // the communication that compute did not hide.
   virtual double take_exposed_comm_seconds() = 0;
+  // Gradient-sync latency since the last call: seconds from the end of backward compute (the
+  // autograd engine's final callback) until every gradient is reduced and ready for the optimizer.
+  virtual double take_grad_sync_seconds() = 0;
 };
 
 }  // namespace ctitan::parallel

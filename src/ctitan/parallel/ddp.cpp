@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <chrono>
+#include <utility>
 
 #include "ctitan/distributed/communicator.h"
 
@@ -93,6 +94,7 @@ void DistributedDataParallel::launch_ready_buckets() {
 }
 
 void DistributedDataParallel::finish_backward() {
+  const auto sync_start = std::chrono::steady_clock::now();
   // Parameters that received no gradient never fired their hook: count them ready now so the
   // remaining buckets still launch, identically on every rank.
   for (auto& b : buckets_) b.ready = b.params.size();
@@ -111,10 +113,14 @@ void DistributedDataParallel::finish_backward() {
     }
     b.ready = 0;
   }
-  exposed_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto end = std::chrono::steady_clock::now();
+  exposed_seconds_ += std::chrono::duration<double>(end - start).count();
+  grad_sync_seconds_ += std::chrono::duration<double>(end - sync_start).count();
   next_to_launch_ = 0;
   callback_queued_ = false;
 }
+
+double DistributedDataParallel::take_grad_sync_seconds() { return std::exchange(grad_sync_seconds_, 0.0); }
 
 double DistributedDataParallel::take_exposed_comm_seconds() {
   double s = exposed_seconds_;

@@ -37,6 +37,7 @@ class DistributedDataParallel final : public DataParallel {
   // Seconds the training thread spent blocked waiting for gradient all-reduces since the last
   // call: the communication that backward did not hide.
   double take_exposed_comm_seconds() override;
+  double take_grad_sync_seconds() override;
   size_t num_buckets() const { return buckets_.size(); }
 
  private:
@@ -59,6 +60,7 @@ class DistributedDataParallel final : public DataParallel {
   bool sync_ = true;
   bool callback_queued_ = false;
   double exposed_seconds_ = 0;
+  double grad_sync_seconds_ = 0;
   std::shared_ptr<distributed::Communicator> group_;
   std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators_;  // kept alive: hooks live on them
 };

@@ -16,7 +16,7 @@ torch::Tensor grad_l2_norm(const std::vector<torch::Tensor>& params, distributed
   auto sum_sq = torch::tensor(ops::sum_of_squares(host_grads), torch::kDouble);
   if (!device_grads.empty()) {
     // GPU gradients: per-tensor norms on the device, never read by the host here.
-    auto norms = torch::stack(torch::_foreach_norm(device_grads, 2)).to(torch::kDouble);  // (n_params,)
+    auto norms = torch::stack(torch::_foreach_norm(device_grads, 2, torch::kFloat)).to(torch::kDouble);  // (n_params,)
     sum_sq = sum_sq.to(device_grads.front().device()) + norms.pow(2).sum();
   }
   // FSDP: each rank summed only its shards (padding excluded); the group's sum is the whole's.

@@ -11,6 +11,7 @@
 #include "ctitan/common/dtype_names.h"
 #include "ctitan/config/config_fields.h"
 #include "ctitan/common/error.h"
+#include "ctitan/distributed/bandwidth_probe.h"
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/metrics/memory_tracker.h"
 #include "ctitan/metrics/peak_flops.h"
@@ -79,7 +80,12 @@ Trainer::Trainer(config::JobConfig config)
   if (checkpointer_->load(state, shard_layouts())) load_state_dicts(state);
 
   metrics::MetricsSetup metrics{flops_per_token, peak.flops, dp_group_, dist_ ? dist_->world : nullptr};
-  if (dist_) metrics.comm_bytes = [mesh = dist_->mesh.get()] { return mesh->comm_bytes(); };
+  metrics.memory_capacity_bytes = metrics::physical_memory_bytes() / (dist_ ? dist_->env.local_world_size : 1);
+  if (dist_) {
+    metrics.comm_bytes = [mesh = dist_->mesh.get()] { return mesh->comm_bytes(); };
+    metrics.comm_seconds = [mesh = dist_->mesh.get()] { return mesh->comm_seconds(); };
+    metrics.link_bytes_per_s = link_bytes_per_second();
+  }
   if (config_.metrics.enable_jsonl && (!dist_ || dist_->env.rank == 0)) {
     metrics.jsonl_path = (std::filesystem::path(config_.job.dump_folder) / "metrics.jsonl").string();
     metrics::prepare_metrics_file(metrics.jsonl_path, step_);  // after the load: step_ is where this run resumes
@@ -90,6 +96,8 @@ Trainer::Trainer(config::JobConfig config)
                                   .string();
   }
   metrics_ = std::make_unique<metrics::MetricsProcessor>(std::move(metrics));
+  // Metrics rows and TensorBoard points of the steps a checkpoint covers are on disk before it commits.
+  checkpointer_->set_before_save([this] { metrics_->sync(); });
   housekeeper_ = std::make_unique<Housekeeper>(
       HousekeepingOptions{t.housekeeping_freq, config_.debug.check_leaks, 0}, [this] { metrics_->flush(); });
 
@@ -141,6 +149,17 @@ void Trainer::setup_parallelism() {
                  config_.parallelism.bucket_cap_mb);
     data_parallel_ = std::move(ddp);
   }
+}
+
+double Trainer::link_bytes_per_second() const {
+  if (config_.comm.link_gbytes_per_s > 0) return config_.comm.link_gbytes_per_s * 1e9;
+  auto group = dp_group_ ? dp_group_ : dist_->world;
+  // Every rank measures; the best any saw is what the link can do.
+  auto best = torch::tensor(distributed::all_gather_bytes_per_second(*group), torch::kDouble);
+  dist_->world->all_reduce(best, distributed::ReduceOp::kMax);
+  spdlog::info("link bandwidth for metrics: {:.2f} GB/s (a 64 MiB all-gather over {} ranks; set "
+               "comm.link_gbytes_per_s to give it)", best.item<double>() / 1e9, group->size());
+  return best.item<double>();
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> Trainer::trained_parameters() const {
@@ -209,7 +228,10 @@ torch::Tensor Trainer::forward_backward(const std::vector<data::Batch>& microbat
     loss.backward();
     loss_total += loss.detach();
   }
-  if (data_parallel_) metrics_->add_comm_seconds(data_parallel_->take_exposed_comm_seconds());
+  if (data_parallel_) {
+    metrics_->add_comm_seconds(data_parallel_->take_exposed_comm_seconds());
+    metrics_->add_grad_sync_seconds(data_parallel_->take_grad_sync_seconds());
+  }
   return loss_total;  // this rank's share: the dp-group sum is the global mean
 }
 
@@ -259,6 +281,7 @@ void Trainer::train_steps() {
     if (checkpointer_->after_step(step_, last, [this] { return state_dicts(); }, shard_layouts())) break;
   }
   checkpointer_->finish();
+  metrics_->log_summary();
   metrics_->flush();
 }
 

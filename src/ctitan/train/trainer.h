@@ -70,6 +70,8 @@ class Trainer {
   void setup_parallelism();
   // The parameters the optimizer steps on: the model's own, or FSDP's fp32 shards.
   std::vector<std::pair<std::string, torch::Tensor>> trained_parameters() const;
+  // comm.link_gbytes_per_s, or an all-gather measured now over the dp group (collective).
+  double link_bytes_per_second() const;
   std::unique_ptr<data::PackedLoader> make_loader(const std::string& path, const std::string& format,
                                                   const std::string& key) const;
 

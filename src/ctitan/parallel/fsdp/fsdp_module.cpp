@@ -2,7 +2,9 @@
 
 #include <torch/csrc/autograd/engine.h>
 
+#include <chrono>
 #include <set>
+#include <utility>
 
 namespace ctitan::parallel::fsdp {
 
@@ -105,13 +107,17 @@ void FSDPModule::post_backward(size_t i) {
 }
 
 void FSDPModule::finish_backward() {
+  const auto start = std::chrono::steady_clock::now();
   for (size_t i = param_groups_.size(); i-- > 0;) post_backward(i);
   for (auto& g : param_groups_) {
     exposed_seconds_ += g->finish_reduce();
     g->reshard();
   }
+  grad_sync_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   callback_queued_ = false;
 }
+
+double FSDPModule::take_grad_sync_seconds() { return std::exchange(grad_sync_seconds_, 0.0); }
 
 std::vector<std::pair<std::string, torch::Tensor>> FSDPModule::sharded_parameters() const {
   std::vector<std::pair<std::string, torch::Tensor>> out;

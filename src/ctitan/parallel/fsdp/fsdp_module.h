@@ -63,6 +63,7 @@ class FSDPModule final : public DataParallel {
   ShardLayouts shard_layouts() const override;
   // Seconds the training thread was blocked on FSDP collectives since the last call.
   double take_exposed_comm_seconds() override;
+  double take_grad_sync_seconds() override;
   const MeshGroups& groups() const { return groups_; }
 
  private:
@@ -85,6 +86,7 @@ class FSDPModule final : public DataParallel {
   bool sync_ = true;
   bool callback_queued_ = false;
   double exposed_seconds_ = 0;
+  double grad_sync_seconds_ = 0;
 };
 
 }  // namespace ctitan::parallel::fsdp
