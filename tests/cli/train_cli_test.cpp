@@ -139,5 +139,34 @@ TEST(CliData, PrepareWritesATokenFileThatTrains) {
   EXPECT_EQ(train.exit_code, 0) << train.output;
 }
 
+// Progress bars appear only when stderr is a terminal: under a pseudo-terminal (Python's pty
+// module, tests/cli/run_in_pty.py) tokenizer training and data prepare draw "\r[###...] n/N
+// merges" and "\rN tokens"; through pipes, as here and under `ctitan run`, they print nothing.
+TEST(CliProgress, BarsOnlyWhenStderrIsATerminal) {
+  if (!testing::have_python()) GTEST_SKIP() << "no venv Python for the pty helper";
+  TempDir dir;
+  testing::write_file(dir.file("corpus.txt"), testing::generated_corpus(300, 30));
+  const std::vector<std::string> tokenizer_train = {"tokenizer", "train", "--input", dir.file("corpus.txt"),
+                                                    "--vocab-size", "300", "--output", dir.file("tok.model")};
+  const std::vector<std::string> prepare = {"data", "prepare", "--input", dir.file("corpus.txt"), "--tokenizer",
+                                            dir.file("tok.model"), "--output", dir.file("corpus.bin")};
+  const std::string pty = std::string(CTITAN_SOURCE_DIR) + "/tests/cli/run_in_pty.py";
+  auto at_terminal = testing::run_python(concat({pty, CTITAN_BIN}, tokenizer_train));
+  ASSERT_EQ(at_terminal.exit_code, 0) << at_terminal.output;
+  EXPECT_NE(at_terminal.output.find("\r[##############################] 42/42 merges"), std::string::npos)
+      << at_terminal.output;
+  auto prepared = testing::run_python(concat({pty, CTITAN_BIN}, prepare));
+  ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
+  EXPECT_NE(prepared.output.find(" tokens\r\n"), std::string::npos) << prepared.output;
+
+  auto piped = testing::run_ctitan(tokenizer_train);
+  ASSERT_EQ(piped.exit_code, 0) << piped.output;
+  EXPECT_EQ(piped.output.find("merges"), std::string::npos) << piped.output;
+  EXPECT_EQ(piped.output.find('\r'), std::string::npos) << piped.output;
+  piped = testing::run_ctitan(prepare);
+  ASSERT_EQ(piped.exit_code, 0) << piped.output;
+  EXPECT_EQ(piped.output.find('\r'), std::string::npos) << piped.output;
+}
+
 }  // namespace
 }  // namespace ctitan

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "ctitan/metrics/monitoring.h"
@@ -52,6 +53,18 @@ TEST(CliMonitoring, TwoRankRunLogsEveryShareAndEndsWithTheSummary) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("link bandwidth for metrics"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("gradient sync latency"), std::string::npos) << r.output;
+  // Each rank prints its own shares at every log step, with the worst rank's.
+  for (int rank : {0, 1}) {
+    int monitor_lines = 0;
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("[rank" + std::to_string(rank) + "]:", 0) == 0 && line.find("monitor: memory ") != std::string::npos) {
+        ++monitor_lines;
+      }
+    }
+    EXPECT_EQ(monitor_lines, 3) << "rank " << rank << "\n" << r.output;  // log steps 2, 4, 6
+  }
+  EXPECT_NE(r.output.find("(worst rank: memory "), std::string::npos) << r.output;
 
   int rows = 0;
   for (const auto& row : testing::read_jsonl((fs::path(dump) / "metrics.jsonl").string())) {

@@ -14,6 +14,7 @@
 #include "ctitan/checkpoint/save_plan.h"
 #include "ctitan/checkpoint/sharded_save.h"
 #include "ctitan/common/error.h"
+#include "ctitan/common/path_text.h"
 #include "ctitan/config/config_manager.h"
 #include "ctitan/distributed/communicator.h"
 
@@ -116,7 +117,10 @@ bool CheckpointManager::load(PartStates& state, const PartLayouts& layouts) {
   if (c.initial_load_path.empty()) return false;
   auto error = join_rank_errors(
       coordinator_->all_gather(try_load(c.initial_load_path, state, layouts, c.initial_load_model_only)));
-  if (!error.empty()) throw InputError(fmt::format("checkpoint.initial_load_path: {}", error));
+  if (!error.empty()) {
+    throw InputError(fmt::format("checkpoint.initial_load_path {}{}: {}", c.initial_load_path,
+                                 relative_path_note(c.initial_load_path), error));
+  }
   spdlog::info("loaded initial checkpoint {}{}", c.initial_load_path, c.initial_load_model_only ? " (model only)" : "");
   return true;
 }

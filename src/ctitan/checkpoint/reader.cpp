@@ -10,6 +10,7 @@
 
 #include "ctitan/checkpoint/checksum.h"
 #include "ctitan/common/error.h"
+#include "ctitan/common/progress_bar.h"
 
 namespace ctitan::checkpoint {
 namespace {
@@ -114,7 +115,11 @@ torch::Tensor CheckpointReader::read_whole(const std::string& part, const std::s
 }
 
 void CheckpointReader::verify_all() {
-  for (const auto& e : metadata_.entries) read_entry(e);
+  ProgressBar progress("slices verified", int64_t(metadata_.entries.size()));
+  for (const auto& e : metadata_.entries) {
+    read_entry(e);
+    progress.add();
+  }
 }
 
 }  // namespace ctitan::checkpoint

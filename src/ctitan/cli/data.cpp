@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ctitan/cli/commands.h"
+#include "ctitan/common/progress_bar.h"
 #include "ctitan/data/token_file.h"
 #include "ctitan/data/token_stream.h"
 #include "ctitan/data/tokenizer.h"
@@ -24,7 +25,12 @@ void add_data_command(CLI::App& app) {
     auto tokenizer = std::make_shared<const data::Tokenizer>(data::Tokenizer::load(args->tokenizer));
     auto stream = data::open_token_stream(args->input, args->format, tokenizer, "--input");
     data::TokenFileWriter writer(args->output, uint32_t(tokenizer->vocab_size()));
-    while (auto chunk = stream->next()) writer.append(*chunk);
+    ProgressBar progress("tokens", 0);
+    while (auto chunk = stream->next()) {
+      writer.append(*chunk);
+      progress.update(writer.tokens_written());
+    }
+    progress.finish();
     writer.finish();
     spdlog::info("wrote {} tokens from {} documents to {}", writer.tokens_written(), stream->position(),
                  args->output);

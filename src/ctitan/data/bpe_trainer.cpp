@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/progress_bar.h"
 #include "ctitan/data/pretokenizer.h"
 
 namespace ctitan::data {
@@ -32,42 +33,6 @@ int32_t right_of(PairKey key) { return static_cast<int32_t>(key & 0xFFFFFFFFu); 
 struct Candidate {
   int64_t count;  // pair count when pushed; at least the current count (see train_bpe)
   PairKey pair;
-};
-
-class ProgressBar {
- public:
-  ProgressBar(bool enabled, int64_t total)
-      : enabled_(enabled), total_(std::max<int64_t>(total, 1)) {}
-
-  void update(int64_t done) {
-    if (!enabled_) return;
-    // Redrawing every merge would cost more than the merge; 20 times a second looks smooth.
-    auto now = std::chrono::steady_clock::now();
-    if (now - last_draw_ < std::chrono::milliseconds(50)) return;
-    last_draw_ = now;
-    draw(done);
-  }
-
-  void finish(int64_t done) {
-    if (!enabled_) return;
-    draw(done);
-    std::fputc('\n', stderr);
-  }
-
- private:
-  void draw(int64_t done) const {
-    constexpr int kWidth = 30;
-    int filled = static_cast<int>(kWidth * std::min(done, total_) / total_);
-    std::string bar(filled, '#');
-    bar.append(kWidth - filled, '.');
-    std::fprintf(stderr, "\r[%s] %lld/%lld merges", bar.c_str(), static_cast<long long>(done),
-                 static_cast<long long>(total_));
-    std::fflush(stderr);
-  }
-
-  bool enabled_;
-  int64_t total_;
-  std::chrono::steady_clock::time_point last_draw_{};
 };
 
 }  // namespace
@@ -133,7 +98,7 @@ Tokenizer train_bpe(const std::vector<std::string>& texts, const BpeTrainOptions
 
   const auto target_ranks = static_cast<size_t>(options.vocab_size - 2);
   const int64_t total_merges = options.vocab_size - 2 - 256;
-  ProgressBar progress(options.show_progress, total_merges);
+  ProgressBar progress("merges", total_merges, options.show_progress && isatty(STDERR_FILENO));
   std::vector<int32_t> last_visit(words.size(), -1);  // merge step that last rewrote each word
   std::vector<PairKey> new_pairs;
   int32_t step = 0;
@@ -207,7 +172,8 @@ Tokenizer train_bpe(const std::vector<std::string>& texts, const BpeTrainOptions
     ++step;
     progress.update(static_cast<int64_t>(tokens.size()) - 256);
   }
-  progress.finish(static_cast<int64_t>(tokens.size()) - 256);
+  progress.update(static_cast<int64_t>(tokens.size()) - 256);
+  progress.finish();
   return Tokenizer::from_ranks(std::move(tokens));
 }
 

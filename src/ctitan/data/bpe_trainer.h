@@ -14,7 +14,7 @@ struct BpeTrainOptions {
   // stops early, with a smaller vocabulary, when no adjacent pair is left to merge.
   int64_t vocab_size = 2048;
   // Draw a progress bar on stderr.
-  bool show_progress = false;
+  bool show_progress = false;  // a progress bar on stderr, when stderr is a terminal
 };
 
 // Splits the texts with the Llama 3 pretokenizer and repeatedly merges the most frequent adjacent

@@ -59,6 +59,12 @@ void MetricsLogger::log(const StepMetrics& m) {
                m.step, m.loss, m.grad_norm, double(m.memory_active_bytes) / kGiB,
                double(m.memory_peak_bytes) / kGiB, m.tps, m.tflops, m.mfu,
                m.time_step_s > 0 ? 100.0 * m.comm_exposed_s / m.time_step_s : 0.0);
+  auto share = [](double v) { return std::isnan(v) ? std::string("-") : fmt::format("{:.1f}%", v); };
+  spdlog::info("monitor: memory {} of capacity, compute {}, exposed comm {}, bandwidth use {}, grad sync {}  "
+               "(worst rank: memory {}, compute {}, bandwidth use {}, grad sync {})",
+               share(m.monitoring.memory_pct), share(m.monitoring.compute_pct), share(m.monitoring.exposed_comm_pct),
+               share(m.monitoring.bandwidth_use_pct), share(m.monitoring.grad_sync_pct), share(m.worst.memory_pct),
+               share(m.worst.compute_pct), share(m.worst.bandwidth_use_pct), share(m.worst.grad_sync_pct));
   if (tensorboard_) {
     const double step_s = m.time_step_s > 0 ? m.time_step_s : 1.0;
     for (const auto& [tag, value] : std::initializer_list<std::pair<const char*, double>>{

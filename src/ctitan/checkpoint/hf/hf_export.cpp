@@ -11,6 +11,7 @@
 #include "ctitan/checkpoint/hf/hf_names.h"
 #include "ctitan/checkpoint/hf/safetensors.h"
 #include "ctitan/common/error.h"
+#include "ctitan/common/progress_bar.h"
 #include "ctitan/data/tokenizer.h"
 
 namespace ctitan::checkpoint::hf {
@@ -93,10 +94,12 @@ int export_hf(const StateDict& model, const ModelArgs& args, const HfExportOptio
     save_safetensors(staging / "model.safetensors", shards[0], metadata);
   } else {
     nlohmann::json weight_map = nlohmann::json::object();
+    ProgressBar progress("safetensors files written", n);
     for (int i = 0; i < n; ++i) {
       auto file = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, n);
       save_safetensors(staging / file, shards[size_t(i)], metadata);
       for (const auto& [name, _] : shards[size_t(i)]) weight_map[name] = file;
+      progress.add();
     }
     write_json(staging / "model.safetensors.index.json",
                {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}});

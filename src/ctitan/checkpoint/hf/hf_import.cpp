@@ -10,6 +10,7 @@
 #include "ctitan/checkpoint/hf/hf_names.h"
 #include "ctitan/checkpoint/hf/safetensors.h"
 #include "ctitan/common/error.h"
+#include "ctitan/common/progress_bar.h"
 
 namespace ctitan::checkpoint::hf {
 namespace {
@@ -71,7 +72,10 @@ HfModel import_hf(const fs::path& dir) {
     result.dtype = float_dtype_from_name(config["torch_dtype"].get<std::string>(), config_path.string() + " torch_dtype");
   }
 
-  for (const auto& file : weight_files(dir)) {
+  const auto files = weight_files(dir);
+  ProgressBar progress("safetensors files read", int64_t(files.size()));
+  for (const auto& file : files) {
+    progress.add();
     for (auto& [hf_name, t] : load_safetensors(file).tensors) {
       // Older HF checkpoints store the rotary table as a buffer; it is recomputed, not loaded.
       if (hf_name.find("rotary_emb.inv_freq") != std::string::npos) continue;
