@@ -97,21 +97,27 @@ void DeviceMesh::set_timeouts(std::chrono::milliseconds timeout) {
   }
 }
 
-int64_t DeviceMesh::comm_bytes() const {
-  int64_t bytes = 0;
-  for (const auto& [name, group] : groups_) {
-    for (const auto& [op, stats] : group->stats()) bytes += stats.bytes;
+namespace {
+
+// Every collective of every group, added up.
+template <typename Groups>
+CollectiveStats total_stats(const Groups& groups) {
+  CollectiveStats total;
+  for (const auto& [name, group] : groups) {
+    for (const auto& [op, stats] : group->stats()) {
+      total.calls += stats.calls;
+      total.bytes += stats.bytes;
+      total.seconds += stats.seconds;
+    }
   }
-  return bytes;
+  return total;
 }
 
-double DeviceMesh::comm_seconds() const {
-  double seconds = 0;
-  for (const auto& [name, group] : groups_) {
-    for (const auto& [op, stats] : group->stats()) seconds += stats.seconds;
-  }
-  return seconds;
-}
+}  // namespace
+
+int64_t DeviceMesh::comm_bytes() const { return total_stats(groups_).bytes; }
+
+double DeviceMesh::comm_seconds() const { return total_stats(groups_).seconds; }
 
 std::shared_ptr<Communicator> DeviceMesh::group(const std::string& dim) const {
   auto it = groups_.find(dim);
