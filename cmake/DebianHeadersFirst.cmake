@@ -10,5 +10,7 @@ function(ctitan_debian_headers_first target)
       file(CREATE_LINK /usr/include/${lib} ${dir}/${lib} SYMBOLIC)
     endif()
   endforeach()
-  target_include_directories(${target} BEFORE PUBLIC ${dir})
+  # Installed too (cmake/Install.cmake): programs built on the installed library need the same order.
+  target_include_directories(${target} BEFORE PUBLIC $<BUILD_INTERFACE:${dir}>
+                                                     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/ctitan_debian_headers_first>)
 endfunction()

@@ -8,6 +8,8 @@ packages=(
   build-essential cmake pkg-config
   libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev
   nlohmann-json3-dev libgtest-dev libpcre2-dev
+  libzstd-dev zlib1g-dev   # .jsonl.zst / .jsonl.gz datasets
+  zstd            # bench/data_prepare.py's .zst row
   python3-venv    # the venv that provides libtorch (scripts/setup_venv.sh)
   libgloo-dev     # declarations ProcessGroupGloo.hpp includes; the torch wheel does not ship them
   fortunes        # the demo corpus

@@ -21,44 +21,12 @@
 #include "ctitan/data/bpe_trainer.h"
 #include "ctitan/data/pretokenizer.h"
 #include "ctitan/data/tokenizer.h"
+#include "support/test_support.h"
 
 namespace ctitan::data {
 namespace {
 
-// 20 documents of pseudo-text: a few fixed words ("hello" and "world" the most frequent) mixed
-// with invented syllable words, so there are many pairs to merge. mt19937's output is fixed by
-// the standard, so the corpus is the same everywhere (std distributions are not, hence modulo).
-std::vector<std::string> make_corpus() {
-  const std::vector<std::string> fixed = {
-      "hello",  "world", "the", "tokenizer", "training", "café", "naïve", "über",
-      "日本語", "中文",  "😀",   "don't",     "we're",    "I'LL", "12345", "3.14159",
-      "a",      "of",    "and", "to",        "in",       "is",   "x",     "-->"};
-  const std::vector<std::string> syllables = {"ka", "to",  "ri", "men", "sa", "lo",  "vi", "dun",
-                                              "pe", "gor", "ba", "nu",  "zi", "tha", "qu", "el"};
-  std::mt19937 rng(1234);
-  std::vector<std::string> invented;
-  for (int i = 0; i < 500; ++i) {
-    std::string word;
-    for (uint32_t n = 1 + rng() % 4; n > 0; --n) word += syllables[rng() % syllables.size()];
-    invented.push_back(word);
-  }
-  // Squaring a uniform index favours the start of a list (Zipf-like).
-  auto pick = [&rng](const std::vector<std::string>& words) -> const std::string& {
-    size_t r = rng() % words.size();
-    return words[r * r / words.size()];
-  };
-  std::vector<std::string> texts;
-  for (int doc = 0; doc < 20; ++doc) {
-    std::string text;
-    for (int i = 0; i < 1500; ++i) {
-      text += rng() % 2 ? pick(fixed) : pick(invented);
-      uint32_t sep = rng() % 16;
-      text += sep == 0 ? "\n" : sep == 1 ? ",  " : sep == 2 ? "\n\n" : " ";
-    }
-    texts.push_back(text);
-  }
-  return texts;
-}
+using testing::make_corpus;
 
 // The 256 single bytes in byte order: ranks 0..255 = byte values.
 std::vector<std::string> byte_tokens() {

@@ -79,6 +79,11 @@ TEST(CliMonitoring, TwoRankRunLogsEveryShareAndEndsWithTheSummary) {
     EXPECT_GT(row["comm_bandwidth_use_pct"].get<double>(), 0) << row.dump();
     EXPECT_GT(row["memory_capacity_pct"].get<double>(), 0) << row.dump();
     EXPECT_GE(row["grad_sync_pct"].get<double>(), 0) << row.dump();
+    // The global loss is the token-weighted mean of the ranks' own losses, so their maximum
+    // (global_max_loss) is at least it; with equal token counts, at most twice it on 2 ranks.
+    double loss = row["loss"], max_loss = row["max_loss"];
+    EXPECT_GE(max_loss, loss * (1 - 1e-6)) << row.dump();
+    EXPECT_LE(max_loss, 2 * loss * (1 + 1e-6)) << row.dump();
   }
   auto s = nlohmann::json::parse(testing::read_file((fs::path(dump) / "monitoring_summary.json").string()));
   EXPECT_EQ(s["first_step"], 1);

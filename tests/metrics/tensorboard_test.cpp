@@ -71,8 +71,11 @@ TEST(CliTensorBoard, TrainingWritesTorchtitansTagsWithTheJsonlValues) {
     if (row.contains("loss")) rows[row["step"].get<int64_t>()] = row;
   }
   ASSERT_EQ(rows.size(), 3u);  // steps 2, 4, 6
+  // One process: its own tokens are the whole batch, so the largest rank loss is the loss.
+  for (const auto& [step, row] : rows) EXPECT_EQ(row["max_loss"], row["loss"]) << step;
   const std::vector<std::pair<std::string, std::string>> tag_to_key = {
-      {"loss_metrics/global_avg_loss", "loss"}, {"grad_norm", "grad_norm"}, {"lr", "lr"},
+      {"loss_metrics/global_avg_loss", "loss"}, {"loss_metrics/global_max_loss", "max_loss"},
+      {"grad_norm", "grad_norm"}, {"lr", "lr"},
       {"throughput(tps)", "tps"}, {"tflops", "tflops"}, {"mfu(%)", "mfu"},
       {"time_metrics/end_to_end(s)", "time_step_s"}, {"time_metrics/data_loading(s)", "time_data_s"},
       {"comm/exposed(s)", "comm_exposed_s"}, {"comm/bytes_per_step", "comm_bytes_per_step"}};

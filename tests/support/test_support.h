@@ -26,6 +26,14 @@ std::string read_file(const std::string& path);
 // separated by strfile "%" lines. Tests never ship third-party text.
 std::string generated_corpus(int n_docs, int words_per_doc, unsigned seed = 1);
 
+// 20 documents of 1500 words in several scripts (Latin with accents, CJK, emoji), digits,
+// contractions, punctuation and whitespace runs: what tokenizer tests encode and train on.
+std::vector<std::string> make_corpus();
+
+// `text` cut into pieces of about `bytes` bytes, each cut moved back to a UTF-8 character
+// boundary (JSON, and tokenizers' Python side, need valid UTF-8).
+std::vector<std::string> utf8_pieces(const std::string& text, size_t bytes);
+
 // One JSON object per line, as metrics.jsonl.
 std::vector<nlohmann::json> read_jsonl(const std::string& path);
 

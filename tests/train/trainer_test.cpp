@@ -37,9 +37,11 @@ TEST(Trainer, GradientAccumulationEqualsOneBigBatch) {
   std::vector<data::Batch> micro;
   for (int64_t i = 0; i < 4; ++i) micro.push_back({batch.inputs.slice(0, i, i + 1), batch.labels.slice(0, i, i + 1)});
 
-  auto big_loss = big.forward_backward({batch});
-  auto accum_loss = accum.forward_backward(micro);
+  auto [big_loss, big_rank_loss] = big.forward_backward({batch});
+  auto accum_loss = accum.forward_backward(micro).first;
   EXPECT_NEAR(big_loss.item<double>(), accum_loss.item<double>(), 1e-6);
+  // One process: its own tokens are the global batch, so its loss is the global one.
+  EXPECT_EQ(big_rank_loss.item<double>(), big_loss.item<double>());
   auto big_grads = grads_of(big), accum_grads = grads_of(accum);
   for (const auto& [name, g] : big_grads) {
     double scale = g.abs().max().item<double>();
@@ -56,7 +58,7 @@ TEST(Trainer, LossFallsOnALearnableTask) {
   auto first = trainer.train_step({trainer.dataloader().next()}).loss.item<double>();
   EXPECT_NEAR(first, std::log(32.0), 0.5);
   trainer.train();
-  auto last = trainer.forward_backward({trainer.dataloader().next()}).item<double>();
+  auto last = trainer.forward_backward({trainer.dataloader().next()}).first.item<double>();
   EXPECT_LT(last, 0.5);
 }
 
@@ -66,7 +68,7 @@ TEST(Trainer, Bf16Trains) {
   config.training.mixed_precision_param = torch::kBFloat16;
   Trainer trainer(config);
   trainer.train();
-  auto last = trainer.forward_backward({trainer.dataloader().next()}).item<double>();
+  auto last = trainer.forward_backward({trainer.dataloader().next()}).first.item<double>();
   EXPECT_LT(last, 1.0);  // bf16 matmuls: looser than fp32's 0.5, still far below ln(32) = 3.47
   for (const auto& p : trainer.model().parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat);  // fp32 master
 }

@@ -15,5 +15,6 @@ void add_checkpoint_inspect(CLI::App& checkpoint);
 void add_checkpoint_export_commands(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_report_command(CLI::App& app);
+void add_estimate_command(CLI::App& app);
 
 }  // namespace ctitan::cli

@@ -1,10 +1,14 @@
-// `ctitan data prepare`: tokenize a text/JSONL dataset once into a token file.
+// `ctitan data prepare`: tokenize a text/JSONL dataset (plain, .gz or .zst) once into a token file.
 #include <spdlog/spdlog.h>
 
+#include <thread>
+
 #include "ctitan/cli/commands.h"
+#include "ctitan/common/error.h"
 #include "ctitan/common/progress_bar.h"
+#include "ctitan/data/documents.h"
+#include "ctitan/data/parallel_tokenize.h"
 #include "ctitan/data/token_file.h"
-#include "ctitan/data/token_stream.h"
 #include "ctitan/data/tokenizer.h"
 
 namespace ctitan::cli {
@@ -14,26 +18,33 @@ void add_data_command(CLI::App& app) {
   cmd->require_subcommand(1);
   struct Args {
     std::string input, tokenizer, output, format = "auto";
+    int workers = int(std::max(1u, std::thread::hardware_concurrency()));
   };
   auto args = std::make_shared<Args>();
-  auto* prepare = cmd->add_subcommand("prepare", "Tokenize text or JSONL into a .bin token file");
+  auto* prepare = cmd->add_subcommand("prepare", "Tokenize text or JSONL (plain, .gz, .zst) into a .bin token file");
   prepare->add_option("--input", args->input, "Text/JSONL file or directory")->required();
-  prepare->add_option("--tokenizer", args->tokenizer, "Rank file")->required();
+  prepare->add_option("--tokenizer", args->tokenizer, "tiktoken rank file, tokenizer.json, or a directory with either")
+      ->required();
   prepare->add_option("--output", args->output, "Output .bin file")->required();
   prepare->add_option("--format", args->format, "auto | text | jsonl");
+  prepare->add_option("--workers", args->workers, "Tokenizer threads (default: one per CPU); 1 = no extra threads")
+      ->capture_default_str();
   prepare->callback([args] {
-    auto tokenizer = std::make_shared<const data::Tokenizer>(data::Tokenizer::load(args->tokenizer));
-    auto stream = data::open_token_stream(args->input, args->format, tokenizer, "--input");
-    data::TokenFileWriter writer(args->output, uint32_t(tokenizer->vocab_size()));
-    ProgressBar progress("tokens", 0);
-    while (auto chunk = stream->next()) {
-      writer.append(*chunk);
-      progress.update(writer.tokens_written());
+    if (args->workers < 1) throw InputError("data prepare: --workers must be at least 1");
+    const auto tokenizer = data::Tokenizer::load(args->tokenizer);
+    auto files = data::list_dataset_files(args->input, args->format, "--input");
+    if (files.front().second == data::FileFormat::kTokens) {
+      throw InputError("data prepare: --input '" + args->input + "' is already a token file; train on it directly");
     }
+    data::TokenFileWriter writer(args->output, uint32_t(tokenizer.vocab_size()));
+    ProgressBar progress("tokens", 0);
+    auto counts = data::tokenize_in_order(
+        files, tokenizer, args->workers, [&](const std::vector<int32_t>& ids) { writer.append(ids); },
+        [&](const data::TokenizeCounts& so_far) { progress.update(so_far.tokens); });
     progress.finish();
     writer.finish();
-    spdlog::info("wrote {} tokens from {} documents to {}", writer.tokens_written(), stream->position(),
-                 args->output);
+    spdlog::info("wrote {} tokens from {} documents to {} ({} workers)", counts.tokens, counts.documents,
+                 args->output, args->workers);
   });
 }
 

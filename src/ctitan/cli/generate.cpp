@@ -88,7 +88,7 @@ void add_generate_command(CLI::App& app) {
       // Special and padding ids have no bytes: the text shows only real tokens.
       std::vector<int32_t> decodable;
       for (auto id : ids) {
-        if (id < tokenizer->n_base()) decodable.push_back(int32_t(id));
+        if (id < tokenizer->vocab_size() && !tokenizer->is_special(id)) decodable.push_back(int32_t(id));
       }
       text = tokenizer->decode(decodable);
     }

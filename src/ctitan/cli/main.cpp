@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   ctitan::cli::add_checkpoint_export_commands(app);
   ctitan::cli::add_generate_command(app);
   ctitan::cli::add_report_command(app);
+  ctitan::cli::add_estimate_command(app);
   spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
   try {
     app.parse(argc, argv);

@@ -10,12 +10,13 @@
 #include "ctitan/cli/commands.h"
 #include "ctitan/data/bpe_trainer.h"
 #include "ctitan/data/documents.h"
+#include "ctitan/data/hf_tokenizer_json.h"
 #include "ctitan/data/tokenizer.h"
 
 namespace ctitan::cli {
 
 void add_tokenizer_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("tokenizer", "Train or use a byte-level BPE tokenizer (tiktoken format)");
+  auto* cmd = app.add_subcommand("tokenizer", "Train, convert or use a byte-level BPE tokenizer (tiktoken rank file or tokenizer.json)");
   cmd->require_subcommand(1);
 
   struct TrainArgs {
@@ -51,7 +52,7 @@ void add_tokenizer_command(CLI::App& app) {
   auto tok_path = std::make_shared<std::string>();
   auto text = std::make_shared<std::string>();
   auto* encode = cmd->add_subcommand("encode", "Print the token ids of --text (or stdin)");
-  encode->add_option("--tokenizer", *tok_path, "Rank file")->required();
+  encode->add_option("--tokenizer", *tok_path, "Rank file, tokenizer.json, or a directory with either")->required();
   encode->add_option("--text", *text, "Text to encode");
   encode->callback([tok_path, text] {
     auto tokenizer = data::Tokenizer::load(*tok_path);
@@ -68,9 +69,29 @@ void add_tokenizer_command(CLI::App& app) {
 
   auto ids = std::make_shared<std::vector<int32_t>>();
   auto* decode = cmd->add_subcommand("decode", "Print the text of token ids");
-  decode->add_option("--tokenizer", *tok_path, "Rank file")->required();
+  decode->add_option("--tokenizer", *tok_path, "Rank file, tokenizer.json, or a directory with either")->required();
   decode->add_option("ids", *ids, "Token ids")->required();
   decode->callback([tok_path, ids] { std::cout << data::Tokenizer::load(*tok_path).decode(*ids) << "\n"; });
+
+  struct ConvertArgs {
+    std::string tokenizer, output_dir;
+  };
+  auto convert_args = std::make_shared<ConvertArgs>();
+  auto* convert = cmd->add_subcommand(
+      "convert", "Write a tokenizer as Hugging Face files (tokenizer.json, tokenizer_config.json, "
+                 "generation_config.json) plus tokenizer.model when it fits the tiktoken format");
+  convert->add_option("--tokenizer", convert_args->tokenizer, "Rank file, tokenizer.json, or a directory with either")
+      ->required();
+  convert->add_option("--output-dir", convert_args->output_dir, "Directory to write (created if missing)")->required();
+  convert->callback([convert_args] {
+    auto tokenizer = data::Tokenizer::load(convert_args->tokenizer);
+    std::filesystem::create_directories(convert_args->output_dir);
+    data::write_hf_tokenizer_files(tokenizer, convert_args->output_dir);
+    bool tiktoken = tokenizer.fits_tiktoken_format();
+    if (tiktoken) tokenizer.save((std::filesystem::path(convert_args->output_dir) / "tokenizer.model").string());
+    spdlog::info("tokenizer: vocab {} (BOS {}, EOS {}) written to {} as tokenizer.json{}", tokenizer.vocab_size(),
+                 tokenizer.bos_id(), tokenizer.eos_id(), convert_args->output_dir, tiktoken ? " and tokenizer.model" : "");
+  });
 }
 
 }  // namespace ctitan::cli

@@ -75,7 +75,7 @@ std::vector<Field> config_fields(JobConfig& c) {
 
       {"model", "name", &c.model.name, "model family; only llama3 exists"},
       {"model", "flavor", &c.model.flavor, "model size: debugmodel | 134M | 8B | 70B | 405B"},
-      {"model", "tokenizer_path", &c.model.tokenizer_path, "tiktoken rank file (Llama 3's tokenizer.model format)"},
+      {"model", "tokenizer_path", &c.model.tokenizer_path, "tiktoken rank file (tokenizer.model), tokenizer.json, or a directory with either"},
       {"model", "dim", &c.model.dim, "model width; 0 keeps the flavor's"},
       {"model", "n_layers", &c.model.n_layers, "transformer blocks; 0 keeps the flavor's"},
       {"model", "n_heads", &c.model.n_heads, "attention heads; 0 keeps the flavor's"},

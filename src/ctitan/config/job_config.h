@@ -31,7 +31,7 @@ struct Job {
 struct Model {
   std::string name = "llama3";          // model family; only llama3 exists
   std::string flavor = "debugmodel";    // debugmodel | 134M | 8B | 70B | 405B (models/llama/args.cpp)
-  std::string tokenizer_path = "";      // tiktoken rank file (Llama 3's tokenizer.model format)
+  std::string tokenizer_path = "";      // tiktoken rank file (tokenizer.model), tokenizer.json, or a directory with either
   // Optional shape overrides on top of the flavor; 0 keeps the flavor's value. Tests use these
   // to build tiny models without adding flavors.
   int64_t dim = 0;

@@ -3,10 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 
 #include "ctitan/common/error.h"
 #include "ctitan/common/path_text.h"
@@ -19,43 +17,12 @@ std::optional<FileFormat> format_of(const fs::path& file, const std::string& req
   if (requested == "text") return FileFormat::kText;
   if (requested == "jsonl") return FileFormat::kJsonl;
   if (requested == "tokens") return FileFormat::kTokens;
-  auto ext = file.extension().string();
+  // `corpus.jsonl.zst` holds JSONL: the name inside the compression decides.
+  auto ext = without_compression_suffix(file).extension().string();
   if (ext == ".jsonl") return FileFormat::kJsonl;
   if (ext == ".bin" || ext == ".tokens") return FileFormat::kTokens;
   if (ext.empty() || ext == ".txt" || ext == ".md") return FileFormat::kText;
   return std::nullopt;
-}
-
-std::vector<std::string> split_strfile(std::istream& in) {
-  std::vector<std::string> docs;
-  std::string current;
-  for (std::string line; std::getline(in, line);) {
-    if (line == "%") {
-      docs.push_back(std::move(current));
-      current.clear();
-    } else {
-      current += line;
-      current += '\n';
-    }
-  }
-  docs.push_back(std::move(current));
-  return docs;
-}
-
-std::vector<std::string> read_jsonl(std::istream& in, const fs::path& path) {
-  std::vector<std::string> docs;
-  int64_t line_no = 0;
-  for (std::string line; std::getline(in, line);) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    auto json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (json.is_discarded() || !json.is_object() || !json.contains("text") || !json["text"].is_string()) {
-      throw InputError(fmt::format("dataset error: {}:{}: expected a JSON object with a string \"text\" field",
-                                   path.string(), line_no));
-    }
-    docs.push_back(json["text"].get<std::string>());
-  }
-  return docs;
 }
 
 }  // namespace
@@ -79,12 +46,16 @@ std::vector<std::pair<fs::path, FileFormat>> list_dataset_files(const std::strin
   for (const auto& file : candidates) {
     auto f = format_of(file, format);
     if (!f) continue;
+    if (*f == FileFormat::kTokens && compression_of(file) != Compression::kNone) {
+      throw InputError(fmt::format("dataset error: {}: token files are read in place and cannot be compressed",
+                                   file.string()));
+    }
     (*f == FileFormat::kTokens ? has_tokens : has_text) = true;
     files.emplace_back(file, *f);
   }
   if (files.empty()) {
-    throw InputError(fmt::format("dataset error: {} '{}' holds no usable files (.txt, .md, .jsonl, .bin or "
-                                 "no extension)", key, path));
+    throw InputError(fmt::format("dataset error: {} '{}' holds no usable files (.txt, .md, .jsonl, "
+                                 "optionally .gz/.zst, .bin or no extension)", key, path));
   }
   if (has_tokens && has_text) {
     throw InputError(fmt::format("dataset error: {} '{}' mixes token files and text files", key, path));
@@ -92,10 +63,47 @@ std::vector<std::pair<fs::path, FileFormat>> list_dataset_files(const std::strin
   return files;
 }
 
+DocumentReader::DocumentReader(const fs::path& file, FileFormat format)
+    : file_(file), format_(format), lines_(file) {}
+
+std::optional<std::string> DocumentReader::next() {
+  if (done_) return std::nullopt;
+  return format_ == FileFormat::kJsonl ? next_jsonl() : next_strfile();
+}
+
+std::optional<std::string> DocumentReader::next_jsonl() {
+  while (lines_.next(line_)) {
+    ++line_no_;
+    if (line_.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto json = nlohmann::json::parse(line_, nullptr, /*allow_exceptions=*/false);
+    if (json.is_discarded() || !json.is_object() || !json.contains("text") || !json["text"].is_string()) {
+      throw InputError(fmt::format("dataset error: {}:{}: expected a JSON object with a string \"text\" field",
+                                   file_.string(), line_no_));
+    }
+    return std::move(json["text"].get_ref<std::string&>());
+  }
+  done_ = true;
+  return std::nullopt;
+}
+
+// A document ends at a line that is exactly "%", and the last one at the end of the file (even
+// when empty, as fortune's files end with "%").
+std::optional<std::string> DocumentReader::next_strfile() {
+  std::string doc;
+  while (lines_.next(line_)) {
+    if (line_ == "%") return doc;
+    doc += line_;
+    doc += '\n';
+  }
+  done_ = true;
+  return doc;
+}
+
 std::vector<std::string> read_documents(const fs::path& file, FileFormat format) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw InputError(fmt::format("dataset error: cannot read {}", file.string()));
-  return format == FileFormat::kJsonl ? read_jsonl(in, file) : split_strfile(in);
+  std::vector<std::string> docs;
+  DocumentReader reader(file, format);
+  while (auto doc = reader.next()) docs.push_back(std::move(*doc));
+  return docs;
 }
 
 }  // namespace ctitan::data

@@ -56,6 +56,13 @@ Pretokenizer::Pretokenizer(const std::string& pattern) {
                      std::to_string(error_offset) + ": " + pcre2_message(error_code));
   }
   code_.reset(code, pcre2_code_free);
+  {
+    std::unique_ptr<pcre2_match_data, MatchDataDeleter> match(pcre2_match_data_create_from_pattern(code, nullptr));
+    if (!match) throw std::bad_alloc();
+    if (pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(""), 0, 0, 0, match.get(), nullptr) >= 0) {
+      throw InputError("tokenizer error: split pattern matches the empty string: " + pattern.substr(0, 60));
+    }
+  }
   // JIT is only a speed-up (several times faster here); when it is unavailable pcre2_match
   // interprets the same pattern with the same results.
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
@@ -77,7 +84,10 @@ std::vector<std::string_view> Pretokenizer::split(std::string_view text) const {
   pieces.reserve(text.size() / 4);
   size_t pos = 0;
   while (pos < text.size()) {
-    int rc = pcre2_match(code_.get(), subject, text.size(), pos, 0, match.get(), context.get());
+    // PCRE2_NOTEMPTY: never an empty match, which would not advance. Patterns that match the
+    // empty string are refused by the constructor (Oniguruma, under Hugging Face, would return
+    // such matches and split differently); this only guards patterns that do so in context.
+    int rc = pcre2_match(code_.get(), subject, text.size(), pos, PCRE2_NOTEMPTY, match.get(), context.get());
     size_t start = text.size();
     size_t end = text.size();
     if (rc >= 0) {
@@ -89,7 +99,7 @@ std::vector<std::string_view> Pretokenizer::split(std::string_view text) const {
     }
     // Bytes skipped by the search are invalid UTF-8: every valid character matches some branch.
     if (start > pos) pieces.push_back(text.substr(pos, start - pos));
-    // No branch matches the empty string, so end > start and the loop always advances.
+    // PCRE2_NOTEMPTY makes end > start, so the loop always advances.
     if (end > start) pieces.push_back(text.substr(start, end - start));
     pos = end;
   }

@@ -12,55 +12,55 @@ namespace fs = std::filesystem;
 namespace {
 
 // Text and JSONL files, one tokenized document per chunk. Position = global document index.
+// Files stream: only the current document is in memory.
 class DocumentStream : public TokenStream {
  public:
   DocumentStream(std::vector<std::pair<fs::path, FileFormat>> files, std::shared_ptr<const Tokenizer> tok)
       : files_(std::move(files)), tokenizer_(std::move(tok)) {}
 
   std::optional<std::vector<int32_t>> next() override {
-    while (true) {
-      if (doc_in_file_ < docs_.size()) {
-        ++position_;
-        const auto& text = docs_[doc_in_file_++];
-        if (text.find_first_not_of(" \t\r\n") == std::string::npos) continue;
-        return tokenizer_->encode(text, /*bos=*/true, /*eos=*/true);
-      }
-      if (next_file_ >= files_.size()) return std::nullopt;
-      load(next_file_++);
+    while (auto doc = next_document()) {
+      if (auto ids = encode_document(*tokenizer_, *doc)) return ids;
     }
+    return std::nullopt;
   }
 
   int64_t position() const override { return position_; }
 
+  // Documents have no index on disk (and compressed files cannot be entered in the middle), so
+  // resuming reads forward from the start, without tokenizing.
   void seek(int64_t target) override {
     next_file_ = 0;
-    docs_.clear();
-    doc_in_file_ = 0;
+    reader_.reset();
     position_ = 0;
-    while (position_ + int64_t(docs_.size()) - int64_t(doc_in_file_) < target) {
-      position_ += int64_t(docs_.size()) - int64_t(doc_in_file_);
-      if (next_file_ >= files_.size()) {
+    while (position_ < target) {
+      if (!next_document()) {
         throw InputError(fmt::format("dataset error: cannot resume at document {}: the dataset has only {}",
                                      target, position_));
       }
-      load(next_file_++);
     }
-    doc_in_file_ += size_t(target - position_);
-    position_ = target;
   }
 
  private:
-  void load(size_t index) {
-    const auto& [path, format] = files_[index];
-    docs_ = read_documents(path, format);
-    doc_in_file_ = 0;
+  std::optional<std::string> next_document() {
+    while (true) {
+      if (reader_) {
+        if (auto doc = reader_->next()) {
+          ++position_;
+          return doc;
+        }
+        reader_.reset();
+      }
+      if (next_file_ >= files_.size()) return std::nullopt;
+      const auto& [path, format] = files_[next_file_++];
+      reader_ = std::make_unique<DocumentReader>(path, format);
+    }
   }
 
   std::vector<std::pair<fs::path, FileFormat>> files_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   size_t next_file_ = 0;
-  std::vector<std::string> docs_;
-  size_t doc_in_file_ = 0;
+  std::unique_ptr<DocumentReader> reader_;
   int64_t position_ = 0;
 };
 
@@ -94,6 +94,11 @@ class TokenFilesStream : public TokenStream {
 };
 
 }  // namespace
+
+std::optional<std::vector<int32_t>> encode_document(const Tokenizer& tokenizer, const std::string& text) {
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) return std::nullopt;
+  return tokenizer.encode(text, /*bos=*/true, /*eos=*/true);
+}
 
 std::unique_ptr<TokenStream> open_token_stream(const std::string& path, const std::string& format,
                                                std::shared_ptr<const Tokenizer> tokenizer,

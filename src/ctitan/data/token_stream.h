@@ -21,6 +21,10 @@ class TokenStream {
   virtual void seek(int64_t position) = 0;
 };
 
+// A document as the loader trains on it, BOS ... EOS; nullopt for a blank document, which is
+// skipped (it would teach only BOS -> EOS).
+std::optional<std::vector<int32_t>> encode_document(const Tokenizer& tokenizer, const std::string& text);
+
 // Opens the dataset at `path` (see list_dataset_files for formats). Text needs `tokenizer`.
 std::unique_ptr<TokenStream> open_token_stream(const std::string& path, const std::string& format,
                                                std::shared_ptr<const Tokenizer> tokenizer,

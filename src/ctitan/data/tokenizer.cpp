@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -16,8 +17,10 @@
 #include "ctitan/common/error.h"
 #include "ctitan/common/path_text.h"
 #include "ctitan/data/base64.h"
+#include "ctitan/data/hf_tokenizer_json.h"
 
 namespace ctitan::data {
+namespace fs = std::filesystem;
 namespace {
 
 constexpr int32_t kNoRank = -1;
@@ -45,75 +48,6 @@ std::string single_quoted(std::string_view text) {
   return out + "'";
 }
 
-// Reused across the pieces of one encode() call so merging allocates only for long pieces.
-// Nodes are the current tokens of the piece, named by their first byte offset; merging node i
-// with its successor keeps i and retires the successor.
-struct MergeScratch {
-  std::vector<uint32_t> next;  // (n) end offset of node i = start of its successor; 0 = retired
-  std::vector<uint32_t> prev;  // (n) start of the node before i
-  std::vector<int32_t> token_rank;  // (n) rank of node i's bytes
-  std::vector<int32_t> pair_rank;   // (n) rank of node i joined with its successor, or kNoRank
-  std::vector<std::pair<int32_t, uint32_t>> heap;  // (pair rank, node), min first
-  std::string key;
-};
-
-// tiktoken's byte-pair merge: repeatedly join the adjacent pair whose concatenation has the lowest
-// rank, the leftmost on ties. tiktoken rescans all pairs per merge (quadratic in the piece); a heap
-// with stale entries picks the same pair each step and keeps long pieces (CJK runs, base64 blobs)
-// at n log n. An entry is stale when its node was retired or its pair grew: a pair only grows, and
-// distinct byte strings have distinct ranks, so a stale entry never matches pair_rank again.
-void merge_piece(std::string_view piece, const std::unordered_map<std::string, int32_t>& ranks,
-                 const std::array<int32_t, 256>& byte_rank, MergeScratch& s,
-                 std::vector<int32_t>& out) {
-  const auto n = static_cast<uint32_t>(piece.size());
-  auto rank_of = [&](uint32_t begin, uint32_t end) {
-    s.key.assign(piece.data() + begin, end - begin);
-    auto it = ranks.find(s.key);
-    return it == ranks.end() ? kNoRank : it->second;
-  };
-  std::greater<std::pair<int32_t, uint32_t>> later;
-  auto push = [&](int32_t rank, uint32_t node) {
-    s.heap.emplace_back(rank, node);
-    std::push_heap(s.heap.begin(), s.heap.end(), later);
-  };
-
-  s.next.resize(n);
-  s.prev.resize(n);
-  s.token_rank.resize(n);
-  s.pair_rank.resize(n);
-  s.heap.clear();
-  for (uint32_t i = 0; i < n; ++i) {
-    s.next[i] = i + 1;
-    s.prev[i] = i - 1;  // unused for i == 0
-    s.token_rank[i] = byte_rank[static_cast<uint8_t>(piece[i])];
-    s.pair_rank[i] = i + 1 < n ? rank_of(i, i + 2) : kNoRank;
-    if (s.pair_rank[i] != kNoRank) s.heap.emplace_back(s.pair_rank[i], i);
-  }
-  std::make_heap(s.heap.begin(), s.heap.end(), later);
-
-  while (!s.heap.empty()) {
-    auto [rank, i] = s.heap.front();
-    std::pop_heap(s.heap.begin(), s.heap.end(), later);
-    s.heap.pop_back();
-    if (s.next[i] == 0 || s.pair_rank[i] != rank) continue;
-
-    uint32_t j = s.next[i];  // successor, absorbed into i
-    uint32_t k = s.next[j];  // node after the merged token, or n
-    s.next[i] = k;
-    s.next[j] = 0;
-    s.token_rank[i] = rank;
-    if (k < n) s.prev[k] = i;
-    s.pair_rank[i] = k < n ? rank_of(i, s.next[k]) : kNoRank;
-    if (s.pair_rank[i] != kNoRank) push(s.pair_rank[i], i);
-    if (i > 0) {
-      uint32_t p = s.prev[i];
-      s.pair_rank[p] = rank_of(p, k);
-      if (s.pair_rank[p] != kNoRank) push(s.pair_rank[p], p);
-    }
-  }
-  for (uint32_t i = 0; i < n; i = s.next[i]) out.push_back(s.token_rank[i]);
-}
-
 // Parses a rank: decimal digits only, as tiktoken writes them.
 bool parse_rank(std::string_view text, int64_t& rank) {
   if (text.empty() || text.size() > 12) return false;
@@ -125,27 +59,129 @@ bool parse_rank(std::string_view text, int64_t& rank) {
   return true;
 }
 
+// Base ranks as ids 0..n-1, then BOS and EOS, with tiktoken's merge rule.
+TokenizerSpec tiktoken_spec(std::vector<std::string> tokens, const std::string& source) {
+  TokenizerSpec spec;
+  const auto n = static_cast<int32_t>(std::min<size_t>(tokens.size(), std::numeric_limits<int32_t>::max() - 2));
+  spec.tokens = std::move(tokens);
+  spec.special.assign(spec.tokens.size(), false);
+  spec.tokens.push_back(kBosText);
+  spec.tokens.push_back(kEosText);
+  spec.special.push_back(true);
+  spec.special.push_back(true);
+  spec.bos_id = n;
+  spec.eos_id = n + 1;
+  spec.source = source;
+  return spec;
+}
+
 }  // namespace
 
-Tokenizer::Tokenizer(std::vector<std::string> tokens, const std::string& source,
-                     const std::vector<size_t>& line_of_rank)
-    : tokens_(std::move(tokens)) {
-  auto where = [&](size_t rank) {
-    return line_of_rank.empty() ? source + ": rank " + std::to_string(rank)
-                                : source + ":" + std::to_string(line_of_rank[rank]);
-  };
-  if (tokens_.empty()) fail(source, "no tokens");
-  // Two ids are reserved for BOS and EOS above the base ranks.
-  if (tokens_.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()) - 2) {
-    fail(source, std::to_string(tokens_.size()) + " tokens do not fit in int32 ids");
+// Reused across the pieces of one encode() call so merging allocates only for long pieces.
+// Nodes are the current tokens of the piece, named by their first byte offset; merging node i
+// with its successor keeps i and retires the successor.
+struct MergeScratch {
+  std::vector<uint32_t> next;  // (n) end offset of node i = start of its successor; 0 = retired
+  std::vector<uint32_t> prev;  // (n) start of the node before i
+  std::vector<int32_t> token_id;     // (n) id of node i's bytes
+  std::vector<int32_t> pair_priority;  // (n) priority of merging node i with its successor, or kNoRank
+  std::vector<int32_t> pair_result;    // (n) id that merge would make
+  std::vector<std::pair<int32_t, uint32_t>> heap;  // (pair priority, node), min first
+  std::string key;
+};
+
+Tokenizer::PairMerge Tokenizer::merge_of(int32_t left_id, int32_t right_id, std::string_view joined,
+                                         std::string& key) const {
+  if (spec_.merge_rule == MergeRule::kTiktoken) {
+    // tiktoken: the priority of a merge is the rank (= id) of the token it makes.
+    key.assign(joined);
+    auto it = ranks_.find(key);
+    return it == ranks_.end() ? PairMerge{kNoRank, kNoRank} : PairMerge{it->second, it->second};
   }
-  ranks_.reserve(tokens_.size());
-  for (size_t rank = 0; rank < tokens_.size(); ++rank) {
-    if (tokens_[rank].empty()) fail(where(rank), "empty token");
-    auto [it, inserted] = ranks_.emplace(tokens_[rank], static_cast<int32_t>(rank));
+  auto it = merge_table_.find(uint64_t(uint32_t(left_id)) << 32 | uint32_t(right_id));
+  return it == merge_table_.end() ? PairMerge{kNoRank, kNoRank} : it->second;
+}
+
+// Byte-pair merge: repeatedly apply the adjacent merge of lowest priority, the leftmost on ties.
+// tiktoken rescans all pairs per merge (quadratic in the piece); a heap with stale entries picks
+// the same merge each step (as Hugging Face's BPE does) and keeps long pieces (CJK runs, base64
+// blobs) at n log n. An entry is stale when its node was retired or its pair changed: a node's
+// pair only grows, and distinct pairs have distinct priorities, so a stale entry never matches
+// pair_priority again.
+void Tokenizer::merge_piece(std::string_view piece, MergeScratch& s, std::vector<int32_t>& out) const {
+  const auto n = static_cast<uint32_t>(piece.size());
+  // The merge of node `a` with its successor, given the current links.
+  auto pair_of = [&](uint32_t a) {
+    uint32_t b = s.next[a];
+    if (b >= n) return PairMerge{kNoRank, kNoRank};
+    uint32_t end = s.next[b];
+    return merge_of(s.token_id[a], s.token_id[b], piece.substr(a, end - a), s.key);
+  };
+  std::greater<std::pair<int32_t, uint32_t>> later;
+  auto set_pair = [&](uint32_t a, bool push) {
+    PairMerge m = pair_of(a);
+    s.pair_priority[a] = m.priority;
+    s.pair_result[a] = m.result;
+    if (m.priority != kNoRank) {
+      s.heap.emplace_back(m.priority, a);
+      if (push) std::push_heap(s.heap.begin(), s.heap.end(), later);
+    }
+  };
+
+  s.next.resize(n);
+  s.prev.resize(n);
+  s.token_id.resize(n);
+  s.pair_priority.resize(n);
+  s.pair_result.resize(n);
+  s.heap.clear();
+  for (uint32_t i = 0; i < n; ++i) {
+    s.next[i] = i + 1;
+    s.prev[i] = i - 1;  // unused for i == 0
+    s.token_id[i] = byte_rank_[static_cast<uint8_t>(piece[i])];
+  }
+  for (uint32_t i = 0; i < n; ++i) set_pair(i, /*push=*/false);
+  std::make_heap(s.heap.begin(), s.heap.end(), later);
+
+  while (!s.heap.empty()) {
+    auto [priority, i] = s.heap.front();
+    std::pop_heap(s.heap.begin(), s.heap.end(), later);
+    s.heap.pop_back();
+    if (s.next[i] == 0 || s.pair_priority[i] != priority) continue;
+
+    uint32_t j = s.next[i];  // successor, absorbed into i
+    uint32_t k = s.next[j];  // node after the merged token, or n
+    s.next[i] = k;
+    s.next[j] = 0;
+    s.token_id[i] = s.pair_result[i];
+    if (k < n) s.prev[k] = i;
+    set_pair(i, /*push=*/true);
+    if (i > 0) set_pair(s.prev[i], /*push=*/true);
+  }
+  for (uint32_t i = 0; i < n; i = s.next[i]) out.push_back(s.token_id[i]);
+}
+
+Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)), pretokenizer_(spec_.split_pattern) {
+  const std::string& source = spec_.source;
+  const size_t n = spec_.tokens.size();
+  if (n == 0) fail(source, "no tokens");
+  if (spec_.special.size() != n) throw std::logic_error("TokenizerSpec: special has the wrong length");
+  if (n > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    fail(source, std::to_string(n) + " tokens do not fit in int32 ids");
+  }
+  ranks_.reserve(n);
+  for (size_t id = 0; id < n; ++id) {
+    if (spec_.tokens[id].empty()) fail(source, "token id " + std::to_string(id) + " is empty");
+    if (spec_.special[id]) continue;
+    ++n_base_;
+    auto [it, inserted] = ranks_.emplace(spec_.tokens[id], static_cast<int32_t>(id));
     if (!inserted) {
-      fail(where(rank), "token " + single_quoted(base64_encode(tokens_[rank])) + " already has rank " +
-                            std::to_string(it->second));
+      fail(source, "token " + single_quoted(spec_.tokens[id]) + " has two ids, " + std::to_string(it->second) +
+                       " and " + std::to_string(id));
+    }
+  }
+  for (auto [name, id] : {std::pair{"BOS", spec_.bos_id}, std::pair{"EOS", spec_.eos_id}}) {
+    if (id < 0 || size_t(id) >= n || !spec_.special[size_t(id)]) {
+      fail(source, std::string(name) + " id " + std::to_string(id) + " is not a special token");
     }
   }
   // Every piece must be able to fall back to single bytes, or some text could not be encoded.
@@ -158,13 +194,38 @@ Tokenizer::Tokenizer(std::vector<std::string> tokens, const std::string& source,
     }
     byte_rank_[b] = it->second;
   }
+  if (spec_.merge_rule == MergeRule::kTiktoken && !spec_.merges.empty()) {
+    throw std::logic_error("TokenizerSpec: merges given with tiktoken's merge rule");
+  }
+  merge_table_.reserve(spec_.merges.size());
+  for (size_t priority = 0; priority < spec_.merges.size(); ++priority) {
+    auto [left, right] = spec_.merges[priority];
+    auto bad = [&](int32_t id) { return id < 0 || size_t(id) >= n || spec_.special[size_t(id)]; };
+    if (bad(left) || bad(right)) fail(source, "merge " + std::to_string(priority) + " names a token that is not in the vocabulary");
+    auto joined = ranks_.find(spec_.tokens[size_t(left)] + spec_.tokens[size_t(right)]);
+    if (joined == ranks_.end()) {
+      fail(source, "merge " + std::to_string(priority) + " makes " +
+                       single_quoted(spec_.tokens[size_t(left)] + spec_.tokens[size_t(right)]) +
+                       ", which is not in the vocabulary");
+    }
+    uint64_t key = uint64_t(uint32_t(left)) << 32 | uint32_t(right);
+    // Hugging Face collects the list into a map, so of duplicated merges the last one counts.
+    merge_table_[key] = PairMerge{static_cast<int32_t>(priority), joined->second};
+  }
+}
+
+bool Tokenizer::fits_tiktoken_format() const {
+  const auto n = static_cast<int32_t>(n_base_);
+  if (spec_.merge_rule != MergeRule::kTiktoken || vocab_size() != n_base_ + 2) return false;
+  return spec_.bos_id == n && spec_.eos_id == n + 1 && spec_.tokens[size_t(n)] == kBosText &&
+         spec_.tokens[size_t(n) + 1] == kEosText;
 }
 
 Tokenizer Tokenizer::from_ranks(std::vector<std::string> token_bytes_by_rank) {
-  return Tokenizer(std::move(token_bytes_by_rank), "token list", {});
+  return Tokenizer(tiktoken_spec(std::move(token_bytes_by_rank), "token list"));
 }
 
-Tokenizer Tokenizer::load(const std::string& path) {
+Tokenizer Tokenizer::load_tiktoken(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   if (!file) fail(path + relative_path_note(path), std::string("cannot open: ") + std::strerror(errno));
   std::stringstream buffer;
@@ -219,16 +280,33 @@ Tokenizer Tokenizer::load(const std::string& path) {
     line_of_rank[rank] = e.line;
     tokens[rank] = std::move(*bytes);
   }
-  return Tokenizer(std::move(tokens), path, line_of_rank);
+  // Checked here too, where the line of each rank is known.
+  std::unordered_map<std::string_view, size_t> rank_of_token;
+  for (size_t rank = 0; rank < n; ++rank) {
+    std::string where = path + ":" + std::to_string(line_of_rank[rank]);
+    if (tokens[rank].empty()) fail(where, "empty token");
+    auto [it, inserted] = rank_of_token.emplace(tokens[rank], rank);
+    if (!inserted) {
+      fail(where, "token " + single_quoted(base64_encode(tokens[rank])) + " already has rank " +
+                      std::to_string(it->second));
+    }
+  }
+  return Tokenizer(tiktoken_spec(std::move(tokens), path));
 }
 
 void Tokenizer::save(const std::string& path) const {
+  if (!fits_tiktoken_format()) {
+    fail(path, "this tokenizer (from " + spec_.source +
+                   ") has special tokens or merge rules a tiktoken rank file cannot hold; write tokenizer.json");
+  }
+  const auto& tokens_ = spec_.tokens;
+  const auto n_base = static_cast<size_t>(n_base_);
   const std::string tmp = path + ".tmp";
   std::FILE* file = std::fopen(tmp.c_str(), "wb");
   if (file == nullptr) fail(tmp, std::string("cannot create: ") + std::strerror(errno));
   int error = 0;  // first errno seen
   std::string line;
-  for (size_t rank = 0; rank < tokens_.size() && error == 0; ++rank) {
+  for (size_t rank = 0; rank < n_base && error == 0; ++rank) {
     line = base64_encode(tokens_[rank]);
     line += ' ';
     line += std::to_string(rank);
@@ -253,10 +331,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool bos, bool eos
   for (std::string_view piece : pretokenizer_.split(text)) {
     // tiktoken takes a piece that is itself a token as is, even if merges could not reach it.
     scratch.key.assign(piece);
-    if (auto it = ranks_.find(scratch.key); it != ranks_.end()) {
+    if (auto it = spec_.ignore_merges ? ranks_.find(scratch.key) : ranks_.end(); it != ranks_.end()) {
       ids.push_back(it->second);
     } else {
-      merge_piece(piece, ranks_, byte_rank_, scratch, ids);
+      merge_piece(piece, scratch, ids);
     }
   }
   if (eos) ids.push_back(eos_id());
@@ -266,18 +344,25 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool bos, bool eos
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string text;
   for (int32_t id : ids) {
-    if (id >= 0 && id < bos_id()) {
-      text += tokens_[id];
-    } else if (id == bos_id()) {
-      text += kBosText;
-    } else if (id == eos_id()) {
-      text += kEosText;
-    } else {
+    if (id < 0 || id >= vocab_size()) {
       fail("decode", "id " + std::to_string(id) + " is outside the vocabulary [0, " +
                          std::to_string(vocab_size()) + ")");
     }
+    text += spec_.tokens[size_t(id)];
   }
   return text;
+}
+
+Tokenizer Tokenizer::load(const std::string& path) {
+  fs::path file = path;
+  std::error_code ec;
+  if (fs::is_directory(file, ec)) {
+    if (fs::exists(file / "tokenizer.json")) return load_hf_tokenizer_json(file / "tokenizer.json");
+    if (fs::exists(file / "tokenizer.model")) return load_tiktoken((file / "tokenizer.model").string());
+    fail(path, "directory holds neither tokenizer.json nor tokenizer.model");
+  }
+  if (file.extension() == ".json") return load_hf_tokenizer_json(file);
+  return load_tiktoken(path);
 }
 
 }  // namespace ctitan::data

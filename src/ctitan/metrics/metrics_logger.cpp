@@ -69,6 +69,7 @@ void MetricsLogger::log(const StepMetrics& m) {
     const double step_s = m.time_step_s > 0 ? m.time_step_s : 1.0;
     for (const auto& [tag, value] : std::initializer_list<std::pair<const char*, double>>{
              {"loss_metrics/global_avg_loss", m.loss},
+             {"loss_metrics/global_max_loss", m.max_loss},
              {"grad_norm", m.grad_norm},
              {"lr", m.lr},
              {"throughput(tps)", m.tps},
@@ -102,6 +103,7 @@ void MetricsLogger::log(const StepMetrics& m) {
   nlohmann::json row = {
       {"step", m.step},
       {"loss", m.loss},
+      {"max_loss", m.max_loss},
       {"grad_norm", m.grad_norm},
       {"lr", m.lr},
       {"tps", m.tps},

@@ -16,6 +16,7 @@ namespace ctitan::metrics {
 struct StepMetrics {
   int64_t step = 0;
   double loss = 0;
+  double max_loss = 0;   // the largest per-rank mean loss (torchtitan's global_max_loss)
   double grad_norm = 0;
   double lr = 0;
   double tps = 0;        // tokens/s on this rank over the steps since the last log

@@ -53,28 +53,32 @@ void MetricsProcessor::record_step(int64_t tokens, double data_seconds) {
   window_.data_seconds += data_seconds;
 }
 
-void MetricsProcessor::log(int64_t step, const torch::Tensor& loss, const torch::Tensor& grad_norm, double lr,
-                           const ModelState& state) {
+void MetricsProcessor::log(int64_t step, const torch::Tensor& loss, const torch::Tensor& rank_loss,
+                           const torch::Tensor& grad_norm, double lr, const ModelState& state) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_.start).count();
   const double steps = double(std::max<int64_t>(window_.steps, 1));
   const auto memory = memory_stats();
   double bandwidth_gbps = NAN;
   const Monitoring mine = window_monitoring(seconds, memory.peak_bytes, &bandwidth_gbps);
   auto global_loss = loss.detach().clone();
-  // [step time, memory, compute, exposed comm, bandwidth use, grad sync], worst over the world.
-  const bool lower_is_worse[6] = {false, false, true, false, true, false};
-  const double values[6] = {seconds / steps,       mine.memory_pct,        mine.compute_pct,
-                            mine.exposed_comm_pct, mine.bandwidth_use_pct, mine.grad_sync_pct};
-  auto worst = torch::empty({6}, torch::kDouble);
-  for (int i = 0; i < 6; ++i) worst[i] = encode(values[i], lower_is_worse[i]);
+  // [step time, memory, compute, exposed comm, bandwidth use, grad sync, loss], worst over the
+  // world, in the one MAX all-reduce a log step already makes.
+  constexpr int kWorst = 7;
+  const bool lower_is_worse[kWorst] = {false, false, true, false, true, false, false};
+  const double values[kWorst] = {seconds / steps,       mine.memory_pct,        mine.compute_pct,
+                                 mine.exposed_comm_pct, mine.bandwidth_use_pct, mine.grad_sync_pct,
+                                 rank_loss.item<double>()};
+  auto worst = torch::empty({kWorst}, torch::kDouble);
+  for (int i = 0; i < kWorst; ++i) worst[i] = encode(values[i], lower_is_worse[i]);
   if (setup_.dp_group) setup_.dp_group->all_reduce(global_loss, distributed::ReduceOp::kSum);
   if (setup_.world) setup_.world->all_reduce(worst, distributed::ReduceOp::kMax);
-  double w[6];
-  for (int i = 0; i < 6; ++i) w[i] = decode(worst[i].item<double>(), lower_is_worse[i]);
+  double w[kWorst];
+  for (int i = 0; i < kWorst; ++i) w[i] = decode(worst[i].item<double>(), lower_is_worse[i]);
 
   StepMetrics m;
   m.step = step;
   m.loss = global_loss.item<double>();
+  m.max_loss = w[6];
   m.grad_norm = grad_norm.item<double>();  // global under DDP and FSDP: the same on every rank
   m.lr = lr;
   m.time_step_s = seconds / steps;

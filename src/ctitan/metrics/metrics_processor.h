@@ -55,9 +55,11 @@ class MetricsProcessor {
   void add_grad_sync_seconds(double seconds) { window_.grad_sync_seconds += seconds; }
 
   // At a log step: `loss` is this rank's share of the global mean (its dp-group sum is the mean),
+  // `rank_loss` the mean over this rank's own tokens (maxed over ranks: global_max_loss),
   // `grad_norm` the global norm. Writes the console line and a metrics.jsonl row, then starts the
   // next window.
-  void log(int64_t step, const torch::Tensor& loss, const torch::Tensor& grad_norm, double lr,
+  void log(int64_t step, const torch::Tensor& loss, const torch::Tensor& rank_loss, const torch::Tensor& grad_norm,
+           double lr,
            const ModelState& state);
   void log_validation(int64_t step, double loss, int64_t tokens) { logger_.log_validation(step, loss, tokens); }
   void flush() { logger_.flush(); }

@@ -189,7 +189,7 @@ std::vector<data::Batch> Trainer::next_global_batch() {
 
 StepResult Trainer::train_step(const std::vector<data::Batch>& microbatches) {
   optimizer_->zero_grad();
-  auto loss = forward_backward(microbatches);
+  auto [loss, rank_loss] = forward_backward(microbatches);
   auto grad_norm = clip_grad_norm(optimizer_->params(), config_.training.max_norm, shard_group_.get());
   in_optimizer_update_ = true;
   optimizer_->step(lr_scheduler_->current_lr());
@@ -197,15 +197,16 @@ StepResult Trainer::train_step(const std::vector<data::Batch>& microbatches) {
   in_optimizer_update_ = false;
   int64_t tokens = 0;
   for (const auto& mb : microbatches) tokens += mb.inputs.numel();
-  return {loss, grad_norm, tokens};
+  return {loss, rank_loss, grad_norm, tokens};
 }
 
-torch::Tensor Trainer::forward_backward(const std::vector<data::Batch>& microbatches) {
+std::pair<torch::Tensor, torch::Tensor> Trainer::forward_backward(const std::vector<data::Batch>& microbatches) {
   // Every microbatch's summed loss is divided by the token count of the whole global batch,
   // so the accumulated gradient is the exact token-weighted mean (data parallelism will
   // all-reduce this count across ranks before the first microbatch).
   auto global_tokens = torch::zeros({}, torch::TensorOptions(torch::kLong).device(device_));
   for (const auto& mb : microbatches) global_tokens += count_valid_tokens(mb.labels);
+  const auto rank_tokens = global_tokens.clone();
   if (dp_group_) {
     auto start = std::chrono::steady_clock::now();
     dp_group_->all_reduce(global_tokens, distributed::ReduceOp::kSum);
@@ -232,7 +233,10 @@ torch::Tensor Trainer::forward_backward(const std::vector<data::Batch>& microbat
     metrics_->add_comm_seconds(data_parallel_->take_exposed_comm_seconds());
     metrics_->add_grad_sync_seconds(data_parallel_->take_grad_sync_seconds());
   }
-  return loss_total;  // this rank's share: the dp-group sum is the global mean
+  // This rank's share: the dp-group sum is the global mean. Rescaled to its own tokens, it is the
+  // per-rank loss whose maximum torchtitan logs as global_max_loss.
+  auto rank_loss = loss_total * denominator / rank_tokens.clamp_min(1).to(torch::kFloat);
+  return {loss_total, rank_loss};
 }
 
 void Trainer::train() {
@@ -266,7 +270,7 @@ void Trainer::train_steps() {
 
     const bool last = step_ == t.steps;
     if (step_ % config_.metrics.log_freq == 0 || last) {
-      metrics_->log(step_, result.loss, result.grad_norm, config_.optimizer.lr * lr_scheduler_->factor(step_ - 1),
+      metrics_->log(step_, result.loss, result.rank_loss, result.grad_norm, config_.optimizer.lr * lr_scheduler_->factor(step_ - 1),
                     {optimizer_->params(), optimizer_->state_dict()});
     }
     if (config_.validation.enable && (step_ % config_.validation.freq == 0 || last)) validate();

@@ -26,7 +26,8 @@
 namespace ctitan::train {
 
 struct StepResult {
-  torch::Tensor loss;       // 0-d fp32: mean token loss over the whole global batch
+  torch::Tensor loss;       // 0-d fp32: this rank's share of the global batch's mean token loss
+  torch::Tensor rank_loss;  // 0-d fp32: mean token loss of this rank's own tokens
   torch::Tensor grad_norm;  // 0-d fp32: global gradient norm before clipping
   int64_t tokens = 0;       // tokens processed by this rank in the step
 };
@@ -42,8 +43,9 @@ class Trainer {
   // per microbatch, then clip, optimizer step, lr schedule.
   StepResult train_step(const std::vector<data::Batch>& microbatches);
 
-  // Accumulates the gradients of one global batch into .grad and returns its mean token loss.
-  torch::Tensor forward_backward(const std::vector<data::Batch>& microbatches);
+  // Accumulates the gradients of one global batch into .grad; returns the loss and rank_loss
+  // of StepResult. Tensors only: nothing here waits on the host for a number that is only logged.
+  std::pair<torch::Tensor, torch::Tensor> forward_backward(const std::vector<data::Batch>& microbatches);
 
   // Mean token loss over validation.steps batches, from the start of the validation data.
   double validate();

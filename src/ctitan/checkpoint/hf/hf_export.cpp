@@ -12,6 +12,7 @@
 #include "ctitan/checkpoint/hf/safetensors.h"
 #include "ctitan/common/error.h"
 #include "ctitan/common/progress_bar.h"
+#include "ctitan/data/hf_tokenizer_json.h"
 #include "ctitan/data/tokenizer.h"
 
 namespace ctitan::checkpoint::hf {
@@ -61,13 +62,14 @@ int export_hf(const StateDict& model, const ModelArgs& args, const HfExportOptio
   if (options.max_shard_bytes <= 0) throw InputError("HF export: max shard size must be positive");
 
   std::optional<SpecialTokens> specials;
+  std::optional<data::Tokenizer> tokenizer;
   if (!options.tokenizer_path.empty()) {
-    auto tokenizer = data::Tokenizer::load(options.tokenizer_path);
-    if (tokenizer.vocab_size() > args.vocab_size) {
+    tokenizer = data::Tokenizer::load(options.tokenizer_path);
+    if (tokenizer->vocab_size() > args.vocab_size) {
       throw InputError(fmt::format("HF export: tokenizer {} has {} tokens, more than the model's vocab_size {}",
-                                   options.tokenizer_path, tokenizer.vocab_size(), args.vocab_size));
+                                   options.tokenizer_path, tokenizer->vocab_size(), args.vocab_size));
     }
-    specials = SpecialTokens{tokenizer.bos_id(), tokenizer.eos_id()};
+    specials = SpecialTokens{tokenizer->bos_id(), tokenizer->eos_id()};
   }
 
   // Greedy packing in model order: a new shard starts when the next tensor would overflow.
@@ -105,7 +107,12 @@ int export_hf(const StateDict& model, const ModelArgs& args, const HfExportOptio
                {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}});
   }
   write_json(staging / "config.json", hf_config_json(args, options.dtype, specials));
-  if (!options.tokenizer_path.empty()) fs::copy_file(options.tokenizer_path, staging / "tokenizer.model");
+  if (tokenizer) {
+    // tokenizer.json is what `transformers` loads; tokenizer.model (the tiktoken file Meta ships)
+    // too when the tokenizer fits that format.
+    data::write_hf_tokenizer_files(*tokenizer, staging);
+    if (tokenizer->fits_tiktoken_format()) tokenizer->save((staging / "tokenizer.model").string());
+  }
 
   if (fs::exists(out_dir)) fs::remove(out_dir);  // empty, checked above
   if (out_dir.has_parent_path()) fs::create_directories(out_dir.parent_path());

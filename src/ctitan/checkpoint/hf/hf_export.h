@@ -15,7 +15,7 @@ namespace ctitan::checkpoint::hf {
 struct HfExportOptions {
   torch::ScalarType dtype = torch::kFloat;     // dtype of the written tensors
   int64_t max_shard_bytes = 5'000'000'000;     // a shard holds at most this (one bigger tensor gets its own)
-  std::string tokenizer_path;                  // tiktoken rank file copied as tokenizer.model; "" = none
+  std::string tokenizer_path;                  // rank file or tokenizer.json, written as both; "" = none
 };
 
 // `model`: full tensors by torchtitan FQN, exactly the parameters of `args` (checked). The

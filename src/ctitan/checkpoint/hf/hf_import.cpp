@@ -97,7 +97,12 @@ HfModel import_hf(const fs::path& dir) {
     wq = permute_rows_from_hf(wq, result.args.n_heads);
     wk = permute_rows_from_hf(wk, result.args.kv_heads());
   }
-  if (fs::exists(dir / "tokenizer.model")) result.tokenizer_path = dir / "tokenizer.model";
+  // ctitan's own exports carry both files, which encode alike; Hub models often only tokenizer.json.
+  if (fs::exists(dir / "tokenizer.model")) {
+    result.tokenizer_path = dir / "tokenizer.model";
+  } else if (fs::exists(dir / "tokenizer.json")) {
+    result.tokenizer_path = dir / "tokenizer.json";
+  }
   return result;
 }
 

@@ -14,7 +14,7 @@ struct HfModel {
   StateDict model;                         // full tensors by torchtitan FQN, in the stored dtype
   models::llama::ModelArgs args;           // from config.json
   torch::ScalarType dtype = torch::kFloat;  // config.json's torch_dtype
-  std::filesystem::path tokenizer_path;     // dir/tokenizer.model, or empty if absent
+  std::filesystem::path tokenizer_path;     // dir/tokenizer.model, else dir/tokenizer.json, else empty
 };
 
 // True if `dir` looks like an HF export: config.json plus model.safetensors[.index.json].
