@@ -79,6 +79,19 @@ TEST(CliHf, TextPromptEqualsItsIdsAndDecodes) {
   checkpoint::hf::HfExportOptions options;
   options.tokenizer_path = dir.file("tok.model");
   checkpoint::hf::export_hf(state, args, options, dir.path() / "hf");
+  // The export carries the tokenizer in both formats; each encodes as the source does.
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "tokenizer.model"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir.path() / "hf" / file)) << file;
+  }
+  const auto source = data::Tokenizer::load(dir.file("tok.model"));
+  for (const char* file : {"hf/tokenizer.json", "hf/tokenizer.model"}) {
+    auto exported = data::Tokenizer::load(dir.file(file));
+    EXPECT_EQ(exported.encode("h\xc3\xa9llo, w\xe2\x82\xacrld 123", true, true),
+              source.encode("h\xc3\xa9llo, w\xe2\x82\xacrld 123", true, true)) << file;
+    EXPECT_EQ(exported.eos_id(), source.eos_id()) << file;
+  }
+  auto generation = nlohmann::json::parse(testing::read_file(dir.file("hf/generation_config.json")));
+  EXPECT_EQ(generation["bos_token_id"], source.bos_id());
 
   std::vector<std::string> common{"generate", "--checkpoint", dir.file("hf"), "--max-new-tokens", "12",
                                   "--temperature", "0.8", "--top-k", "20", "--seed", "3", "--json"};

@@ -100,16 +100,30 @@ TEST(JobEstimate, DebugModelPeakAddsUpByHand) {
 
 // torchtitan's FLOPs per token is what MFU counts; the executed count adds recomputation and
 // counts attention as the causal kernel computes it (half of 12 * hd * T).
-TEST(JobEstimate, FlopsPerTokenAndRecomputation) {
+// Llama 3 8B, seq 8192, FSDP over 8 GPUs: the shape of torchtitan's published 8B run.
+JobShape eight_b_fsdp8(int64_t local_batch_size) {
   JobShape job;
   job.model = llama3_flavor("8B");
   job.seq_len = 8192;
-  job.local_batch_size = 1;
+  job.local_batch_size = local_batch_size;
   job.degrees.dp_shard = 8;
-  const auto& a = job.model;
+  return job;
+}
+
+// Per-token sizes of a model, named as in the FLOP formulas below.
+struct Sizes {
+  double d, hd, kv, f, L, V, lin;  // lin: the block's matmul weights per token (q, k, v, o, w1..3)
+};
+Sizes sizes_of(const models::llama::ModelArgs& a) {
   const double d = double(a.dim), hd = double(a.n_heads * a.head_dim()), kv = double(a.kv_heads() * a.head_dim());
-  const double f = double(a.ffn_hidden_dim()), L = double(a.n_layers), T = 8192, V = double(a.vocab_size);
-  const double lin = 2 * d * hd + 2 * d * kv + 3 * d * f;
+  const double f = double(a.ffn_hidden_dim());
+  return {d, hd, kv, f, double(a.n_layers), double(a.vocab_size), 2 * d * hd + 2 * d * kv + 3 * d * f};
+}
+
+TEST(JobEstimate, FlopsPerTokenAndRecomputation) {
+  JobShape job = eight_b_fsdp8(1);
+  const auto [d, hd, kv, f, L, V, lin] = sizes_of(job.model);
+  const double T = 8192;
   const auto hw = hardware_profile("h100");
   const double none = L * (6 * lin + 6 * hd * T) + 6 * V * d;
   auto t = estimate_throughput(job, hw);
@@ -124,16 +138,10 @@ TEST(JobEstimate, FlopsPerTokenAndRecomputation) {
 
 // Float8 runs the blocks' matmuls at twice the rate; attention and the output layer stay bf16.
 TEST(JobEstimate, Float8DoublesTheBlockMatmulRate) {
-  JobShape job;
-  job.model = llama3_flavor("8B");
-  job.seq_len = 8192;
-  job.local_batch_size = 2;
-  job.degrees.dp_shard = 8;
+  JobShape job = eight_b_fsdp8(2);
   job.compile = true;
-  const auto& a = job.model;
-  const double d = double(a.dim), hd = double(a.n_heads * a.head_dim()), kv = double(a.kv_heads() * a.head_dim());
-  const double f = double(a.ffn_hidden_dim()), L = double(a.n_layers), T = 8192, V = double(a.vocab_size);
-  const double lin = 2 * d * hd + 2 * d * kv + 3 * d * f;
+  const auto [d, hd, kv, f, L, V, lin] = sizes_of(job.model);
+  const double T = 8192;
   const auto hw = hardware_profile("h100");
   const double rate = hw.peak_flops * hw.achievable_fraction, tokens = 2 * 8192;
   auto bf16 = estimate_throughput(job, hw);
