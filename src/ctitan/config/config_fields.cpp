@@ -19,6 +19,9 @@ const NameTable<ReshardAfterForward> kReshardModes = {{ReshardAfterForward::kDef
 const NameTable<GradientSync> kGradientSyncs = {{GradientSync::kEveryMicrobatch, "every_microbatch"},
                                                 {GradientSync::kLastMicrobatch, "last_microbatch"}};
 const NameTable<AsyncMode> kAsyncModes = {{AsyncMode::kDisabled, "disabled"}, {AsyncMode::kAsync, "async"}};
+const NameTable<ActivationCheckpointMode> kAcModes = {{ActivationCheckpointMode::kNone, "none"},
+                                                      {ActivationCheckpointMode::kFull, "full"},
+                                                      {ActivationCheckpointMode::kSelective, "selective"}};
 
 NameTable<c10::ScalarType> dtypes(std::initializer_list<c10::ScalarType> allowed) {
   NameTable<c10::ScalarType> table;
@@ -66,6 +69,7 @@ std::string name_of(DecayType v) { return name_in(kDecayTypes, v); }
 std::string name_of(ReshardAfterForward v) { return name_in(kReshardModes, v); }
 std::string name_of(GradientSync v) { return name_in(kGradientSyncs, v); }
 std::string name_of(AsyncMode v) { return name_in(kAsyncModes, v); }
+std::string name_of(ActivationCheckpointMode v) { return name_in(kAcModes, v); }
 
 std::vector<Field> config_fields(JobConfig& c) {
   return {
@@ -121,6 +125,8 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"profiling", "profile_freq", &c.profiling.profile_freq, "trace every N-th step (steps N, 2N, ...)"},
       {"profiling", "save_traces_folder", &c.profiling.save_traces_folder, "traces go under job.dump_folder/this"},
 
+      {"activation_checkpoint", "mode", choice(&c.activation_checkpoint.mode, kAcModes), "recompute blocks' activations in backward: none, full (every block) or selective"},
+      {"activation_checkpoint", "selective_ac_option", &c.activation_checkpoint.selective_ac_option, "selective: k checkpoints every k-th block ('op' is not implemented)"},
       {"validation", "enable", &c.validation.enable, "run a validation loop"},
       {"validation", "freq", &c.validation.freq, "every N training steps (and the last step)"},
       {"validation", "steps", &c.validation.steps, "batches per validation run"},

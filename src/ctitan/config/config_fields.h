@@ -35,5 +35,6 @@ std::string name_of(DecayType v);
 std::string name_of(ReshardAfterForward v);
 std::string name_of(GradientSync v);
 std::string name_of(AsyncMode v);
+std::string name_of(ActivationCheckpointMode v);
 
 }  // namespace ctitan::config

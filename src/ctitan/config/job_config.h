@@ -21,6 +21,7 @@ enum class ReshardAfterForward {
 // unsharded gradients until the last (least traffic).
 enum class GradientSync { kEveryMicrobatch, kLastMicrobatch };
 enum class AsyncMode { kDisabled, kAsync };
+enum class ActivationCheckpointMode { kNone, kFull, kSelective };
 
 struct Job {
   std::string dump_folder = "./outputs";  // output folder: metrics.jsonl, checkpoints, traces, TensorBoard
@@ -134,6 +135,12 @@ struct Checkpoint {
   bool initial_load_model_only = true;   // from initial_load_path, load the model only
 };
 
+// Activation checkpointing, torchtitan's [activation_checkpoint] (parallel/activation_checkpoint.h).
+struct ActivationCheckpoint {
+  ActivationCheckpointMode mode = ActivationCheckpointMode::kNone;  // none | full | selective
+  std::string selective_ac_option = "2";  // selective: an integer k (every k-th block); "op" is not implemented
+};
+
 struct JobConfig {
   Job job;
   Model model;
@@ -147,6 +154,7 @@ struct JobConfig {
   Parallelism parallelism;
   Comm comm;
   Checkpoint checkpoint;
+  ActivationCheckpoint activation_checkpoint;
 };
 
 }  // namespace ctitan::config

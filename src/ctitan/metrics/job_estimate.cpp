@@ -899,7 +899,8 @@ void validate_job(const JobShape& job, const HardwareProfile& hw) {
     // ctitan on a CPU: what it can run, nothing else.
     require(g.tp == 1 && g.pp == 1, "--tp and --pp: ctitan implements neither yet; estimate them with a GPU --hardware");
     require(job.ac == ActivationCheckpoint::kNone && !job.float8 && !job.compile && !job.async_tp,
-            "--ac, --float8, --compile and --async-tp model torchtitan on a GPU; ctitan on a CPU has none of them");
+            "--ac, --float8, --compile and --async-tp model torchtitan on a GPU; the CPU walk follows ctitan's step "
+            "without activation checkpointing (ctitan's block checkpointing is not modelled yet), float8 or compile");
   } else {
     require(job.bf16, "training.mixed_precision_param float32: the GPU model is of torchtitan's bf16 training only");
     require(!job.async_tp || job.compile, "--async-tp needs --compile (as torchtitan)");

@@ -2,7 +2,9 @@
 // Forward hooks for libtorch C++ modules, which lack Python's register_forward_pre_hook and
 // register_forward_hook. A model calls each submodule that outside code may want to wrap through
 // ModuleHooks::call; with no hooks registered that is a plain call. parallel/fsdp uses it to
-// gather parameters before a block runs and to free them after, without the model knowing.
+// gather parameters before a block runs and to free them after, without the model knowing;
+// parallel/activation_checkpoint wraps a block's forward itself (an "around" hook), inside the
+// pre/post hooks, as torchtitan applies activation checkpointing before FSDP.
 #include <torch/torch.h>
 
 #include <functional>
@@ -16,12 +18,19 @@ class ModuleHooks {
   // Each returns the tensor that replaces the input (pre) or the output (post); returning its
   // argument unchanged is allowed.
   using Hook = std::function<torch::Tensor(const torch::Tensor&)>;
+  using Forward = std::function<torch::Tensor(const torch::Tensor&)>;
+  // Runs the module's forward (the second argument) on the input its own way. The forward may
+  // be called again later (recomputation), so a model passes one that owns what it captures.
+  using Around = std::function<torch::Tensor(const torch::Tensor&, const Forward&)>;
 
   void add_pre_forward(const torch::nn::Module& module, Hook hook) { pre_[&module].push_back(std::move(hook)); }
   void add_post_forward(const torch::nn::Module& module, Hook hook) { post_[&module].push_back(std::move(hook)); }
+  // One around hook per module: a second would have to say how it nests.
+  void set_around(const torch::nn::Module& module, Around around) { around_[&module] = std::move(around); }
   void clear() {
     pre_.clear();
     post_.clear();
+    around_.clear();
   }
 
   // forward(input) between `module`'s pre hooks (registration order) and its post hooks.
@@ -30,7 +39,8 @@ class ModuleHooks {
     if (auto it = pre_.find(&module); it != pre_.end()) {
       for (const auto& hook : it->second) input = hook(input);
     }
-    auto output = forward(input);
+    auto around = around_.find(&module);
+    auto output = around == around_.end() ? forward(input) : around->second(input, Forward(forward));
     if (auto it = post_.find(&module); it != post_.end()) {
       for (const auto& hook : it->second) output = hook(output);
     }
@@ -39,6 +49,7 @@ class ModuleHooks {
 
  private:
   std::map<const torch::nn::Module*, std::vector<Hook>> pre_, post_;
+  std::map<const torch::nn::Module*, Around> around_;
 };
 
 }  // namespace ctitan::models

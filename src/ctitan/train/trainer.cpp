@@ -17,6 +17,7 @@
 #include "ctitan/metrics/peak_flops.h"
 #include "ctitan/metrics/profiler.h"
 #include "ctitan/models/llama/flops.h"
+#include "ctitan/parallel/activation_checkpoint.h"
 #include "ctitan/parallel/ddp.h"
 #include "ctitan/parallel/parallelize_llama.h"
 #include "ctitan/train/autocast.h"
@@ -121,6 +122,11 @@ Trainer::Trainer(config::JobConfig config)
 
 // Parallelism is applied to the built model from outside, as torchtitan's parallelize step.
 void Trainer::setup_parallelism() {
+  // torchtitan's order: (TP) -> activation checkpointing -> FSDP; AC also applies to one process.
+  if (int wrapped = parallel::apply_activation_checkpointing(*model_, config_.activation_checkpoint)) {
+    spdlog::info("activation checkpointing {}: {} of {} blocks recompute their activations in backward",
+                 config::name_of(config_.activation_checkpoint.mode), wrapped, model_->layers->size());
+  }
   if (!dist_) return;
   const auto& dims = dist_->dims;
   if (dims.tp_enabled()) throw ConfigError("parallelism.tensor_parallel_degree > 1: TP is not implemented yet");

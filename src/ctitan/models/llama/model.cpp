@@ -121,7 +121,8 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
     const auto& rope = rope_for(h.device());
     for (const auto& layer : *layers) {
       auto* block = layer->as<TransformerBlock>();
-      h = hooks.call(*block, h, [&](const torch::Tensor& x) { return block->forward(x, rope); });
+      // By value: a hook may run the block again during backward, after this forward returned.
+      h = hooks.call(*block, h, [block, rope](const torch::Tensor& x) { return block->forward(x, rope); });
     }
     h = hooks.call(*norm, h, [&](const torch::Tensor& x) { return norm(x); });
     return hooks.call(*output, h, [&](const torch::Tensor& x) { return output(x); });  // (B, T, vocab_size)

@@ -1,0 +1,28 @@
+#pragma once
+// Activation checkpointing applied to a built Llama from outside, as torchtitan's
+// apply_ac: a checkpointed block keeps only its input for backward; its backward runs the
+// block's forward again (with grad, under the autocast state of the first run) and then its
+// backward. Losses and gradients equal those without it, bitwise in fp32: the same ops, in the
+// same order, on the same inputs.
+//
+// Order (torchtitan): TP -> activation checkpointing -> FSDP. The checkpoint wraps the block's
+// own forward, inside FSDP's hooks, so FSDP gathers the block once for forward and once for
+// backward as without checkpointing, and the recomputation runs on those gathered parameters
+// (FSDP's pre-backward gather happens before the checkpoint's backward, which then recomputes;
+// the parameters stay gathered until the block's gradients are reduced). No extra gather.
+#include "ctitan/config/job_config.h"
+#include "ctitan/models/llama/model.h"
+
+namespace ctitan::parallel {
+
+// mode none: nothing. full: every block. selective with selective_ac_option = "k": every k-th
+// block, counted as torchtitan counts (the blocks whose 1-based index is a multiple of k: k-1,
+// 2k-1, ... from 0; k = 0 means every block). Returns how many blocks were wrapped. Throws
+// ConfigError for option "op" (operator-level selective AC needs a dispatch-level policy ctitan
+// does not have yet) or a value that is not a non-negative integer.
+int apply_activation_checkpointing(models::llama::TransformerImpl& model, const config::ActivationCheckpoint& ac);
+
+// One checkpointed call of `forward` on `input`, usable on any module's forward.
+torch::Tensor checkpointed(const torch::Tensor& input, const models::ModuleHooks::Forward& forward);
+
+}  // namespace ctitan::parallel
