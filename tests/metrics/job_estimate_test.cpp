@@ -271,11 +271,7 @@ TEST(JobEstimate, TorchtitanPublishedH100Runs) {
     EXPECT_GE(mem_err, -35.0) << r.name;
   }
   // MFU as torchtitan reports it for the calibration run: the doc gives 33% to 39% without float8.
-  JobShape job;
-  job.model = llama3_flavor("8B");
-  job.local_batch_size = 2;
-  job.seq_len = 8192;
-  job.degrees.dp_shard = 8;
+  JobShape job = eight_b_fsdp8(2);
   job.ac = A::kSelectiveOp;
   EXPECT_NEAR(estimate_throughput(job, hw).mfu_pct, 33.7, 0.5);
 }
@@ -346,11 +342,7 @@ TEST(CliEstimate, JsonAndOneLineErrors) {
   auto r = testing::run_ctitan(concat(args, {"--json"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto json = nlohmann::json::parse(r.output);
-  JobShape job;
-  job.model = llama3_flavor("8B");
-  job.local_batch_size = 2;
-  job.seq_len = 8192;
-  job.degrees.dp_shard = 8;
+  JobShape job = eight_b_fsdp8(2);
   job.ac = ActivationCheckpoint::kSelectiveOp;
   const auto e = estimate_job(job, hardware_profile("h100-96gb"));
   EXPECT_EQ(json["memory"]["peak_bytes"].get<int64_t>(), e.memory.peak_bytes);

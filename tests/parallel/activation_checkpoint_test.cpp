@@ -93,6 +93,42 @@ TEST(ActivationCheckpoint, FullCheckpointingLowersTheStepPeak) {
   EXPECT_LT(every2, none);
 }
 
+// checkpointed() itself: the forward runs twice per backward (once without grad, once to
+// recompute), the input and weight gradients equal the plain call's bitwise, no grad mode or
+// an input without grad runs it once and keeps nothing.
+TEST(ActivationCheckpoint, CheckpointedRunsTheForwardAgainForExactGradients) {
+  torch::manual_seed(3);
+  auto weight = torch::randn({16, 16}, torch::requires_grad());
+  int calls = 0;
+  models::ModuleHooks::Forward forward = [&](const torch::Tensor& x) {
+    ++calls;
+    return torch::tanh(torch::matmul(x, weight)).pow(2) + x;  // (4, 16)
+  };
+  auto x0 = torch::randn({4, 16});
+  auto x_plain = x0.clone().requires_grad_(true);
+  forward(x_plain).sum().backward();
+  auto plain_weight_grad = weight.grad().clone();
+  weight.mutable_grad() = torch::Tensor();
+  calls = 0;
+
+  auto x_ckpt = x0.clone().requires_grad_(true);
+  auto out = parallel::checkpointed(x_ckpt, forward);
+  EXPECT_EQ(calls, 1);
+  EXPECT_FALSE(weight.grad().defined());
+  out.sum().backward();
+  EXPECT_EQ(calls, 2);
+  EXPECT_TRUE(torch::equal(weight.grad(), plain_weight_grad));
+  EXPECT_TRUE(torch::equal(x_ckpt.grad(), x_plain.grad()));
+
+  calls = 0;
+  {
+    torch::NoGradGuard no_grad;
+    parallel::checkpointed(x0, forward);
+  }
+  parallel::checkpointed(x0, forward);  // x0 needs no grad
+  EXPECT_EQ(calls, 2);
+}
+
 // torchtitan's count: with k, the blocks whose 1-based index is a multiple of k.
 TEST(ActivationCheckpoint, SelectiveWrapsEveryKthBlockAsTorchtitanCounts) {
   models::llama::ModelArgs args;
@@ -130,17 +166,24 @@ TEST(ActivationCheckpoint, BadSelectiveOptionIsAConfigError) {
 // recomputation on those gathered parameters) and DDP: the losses of every step equal the
 // run without checkpointing, bitwise.
 TEST(CliActivationCheckpoint, FsdpAndDdpLossesEqualNoCheckpointingBitwise) {
-  for (const char* shard : {"2", "1"}) {
-    SCOPED_TRACE(std::string("data_parallel_shard_degree ") + shard);
+  // FSDP(2); DDP(2); FSDP(2) with 2 microbatches and delayed gradient sync (the recomputation's
+  // nested backward runs with sync off for the first microbatch).
+  const std::vector<std::vector<std::string>> layouts = {
+      {"--parallelism.data_parallel_shard_degree", "2"},
+      {"--parallelism.data_parallel_shard_degree", "1", "--parallelism.data_parallel_replicate_degree", "2"},
+      {"--parallelism.data_parallel_shard_degree", "2", "--training.global_batch_size", "16",
+       "--parallelism.fsdp_gradient_sync", "last_microbatch"}};
+  for (const auto& layout : layouts) {
+    SCOPED_TRACE(layout.at(1) + " " + (layout.size() > 2 ? layout.at(2) : ""));
     std::vector<std::vector<double>> losses;
     for (const char* mode : {"none", "full"}) {
       TempDir dir;
       auto r = testing::run_ctitan(
           testing::concat(testing::concat({"run", "--nproc-per-node", "2", "--master-port", "0", "train"},
                                           testing::tiny_job_args(dir.path())),
-                          {"--training.steps", "4", "--metrics.log_freq", "1", "--activation_checkpoint.mode", mode,
-                           "--parallelism.data_parallel_shard_degree", shard,
-                           "--parallelism.data_parallel_replicate_degree", shard == std::string("2") ? "1" : "2"}),
+                          testing::concat({"--training.steps", "4", "--metrics.log_freq", "1",
+                                           "--activation_checkpoint.mode", mode},
+                                          layout)),
           240);
       ASSERT_EQ(r.exit_code, 0) << r.output;
       if (mode == std::string("full")) {

@@ -10,6 +10,35 @@
 namespace ctitan::parallel {
 namespace {
 
+// Sets the autocast state (bf16 on or off) for one device and restores the previous state on
+// destruction, exceptions included: a nesting count left raised would stop every later
+// AutocastGuard from clearing the cast cache, and stale bf16 weights would follow.
+class AutocastState {
+ public:
+  AutocastState(c10::DeviceType device, bool bf16) : device_(device), bf16_(bf16) {
+    was_ = at::autocast::is_autocast_enabled(device_);
+    was_dtype_ = at::autocast::get_autocast_dtype(device_);
+    at::autocast::set_autocast_enabled(device_, bf16_);
+    if (bf16_) {
+      at::autocast::set_autocast_dtype(device_, at::kBFloat16);
+      at::autocast::increment_nesting();
+    }
+  }
+  ~AutocastState() {
+    if (bf16_ && at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(device_, was_);
+    at::autocast::set_autocast_dtype(device_, was_dtype_);
+  }
+  AutocastState(const AutocastState&) = delete;
+  AutocastState& operator=(const AutocastState&) = delete;
+
+ private:
+  c10::DeviceType device_;
+  bool bf16_;
+  bool was_ = false;
+  at::ScalarType was_dtype_ = at::kBFloat16;
+};
+
 // The autograd node of a checkpointed call. Holds the input (the only activation kept) and the
 // forward; its backward recomputes the forward with grad and back-propagates through it in a
 // nested (reentrant) backward, which accumulates the parameters' gradients as the plain graph
@@ -21,28 +50,17 @@ class CheckpointBackward : public torch::autograd::Node {
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     TORCH_CHECK(input_.defined(), "activation checkpoint: backward ran twice through one checkpointed block");
+    if (!grads.at(0).defined()) return {torch::Tensor()};  // the output did not reach the loss
     auto input = input_.detach().requires_grad_(true);
     input_ = torch::Tensor();  // the kept activation is no longer needed
     torch::Tensor output;
     {
       torch::AutoGradMode grad(true);
-      // The first run's autocast state: the recomputation must compute what it computed.
-      const auto device = input.device().type();
-      const bool was = at::autocast::is_autocast_enabled(device);
-      const auto was_dtype = at::autocast::get_autocast_dtype(device);
-      if (autocast_bf16_) {
-        at::autocast::set_autocast_enabled(device, true);
-        at::autocast::set_autocast_dtype(device, at::kBFloat16);
-        at::autocast::increment_nesting();
-      }
+      // The first run's autocast state, whatever is active now: it must compute what it computed.
+      AutocastState autocast(input.device().type(), autocast_bf16_);
       output = forward_(input);
-      if (autocast_bf16_) {
-        if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-        at::autocast::set_autocast_enabled(device, was);
-        at::autocast::set_autocast_dtype(device, was_dtype);
-      }
     }
-    torch::autograd::backward({output}, {grads.at(0)});
+    torch::autograd::backward({output}, {grads[0]});
     return {input.grad()};
   }
 
@@ -52,6 +70,20 @@ class CheckpointBackward : public torch::autograd::Node {
   torch::Tensor input_;
   models::ModuleHooks::Forward forward_;
   bool autocast_bf16_;
+};
+
+// Turns autocast's weight-cast cache off for a scope: the first, no-grad run would otherwise
+// cache bf16 weight copies without grad history, which a later use of a shared weight in the
+// same autocast scope would pick up and so get no gradient.
+class NoAutocastCache {
+ public:
+  NoAutocastCache() : was_(at::autocast::is_autocast_cache_enabled()) { at::autocast::set_autocast_cache_enabled(false); }
+  ~NoAutocastCache() { at::autocast::set_autocast_cache_enabled(was_); }
+  NoAutocastCache(const NoAutocastCache&) = delete;
+  NoAutocastCache& operator=(const NoAutocastCache&) = delete;
+
+ private:
+  bool was_;
 };
 
 }  // namespace
@@ -65,8 +97,10 @@ torch::Tensor checkpointed(const torch::Tensor& input, const models::ModuleHooks
   torch::Tensor output;
   {
     torch::NoGradGuard no_grad;  // the forward's activations are freed as it goes
+    NoAutocastCache no_cache;
     output = forward(input);
   }
+  TORCH_CHECK(!output.is_same(input), "activation checkpoint: the checkpointed forward returned its input");
   auto node = c10::make_intrusive<CheckpointBackward>(input, forward, autocast_bf16);
   node->set_next_edges(torch::autograd::collect_next_edges(input));
   torch::autograd::set_history(output, node);

@@ -22,7 +22,12 @@ namespace ctitan::parallel {
 // does not have yet) or a value that is not a non-negative integer.
 int apply_activation_checkpointing(models::llama::TransformerImpl& model, const config::ActivationCheckpoint& ac);
 
-// One checkpointed call of `forward` on `input`, usable on any module's forward.
+// One checkpointed call of `forward` on `input`. The region must not span an FSDP group
+// boundary or hold the parameters whose gradients are ready first in backward (the output
+// layer's): FSDP and DDP queue their end-of-backward callback from the first gradient hook, and
+// inside the recomputation's nested backward that callback would run when the nested backward
+// ends, too early. A transformer block, as apply_activation_checkpointing wraps, is safe.
+// RNG state is not replayed (Llama has no dropout).
 torch::Tensor checkpointed(const torch::Tensor& input, const models::ModuleHooks::Forward& forward);
 
 }  // namespace ctitan::parallel
