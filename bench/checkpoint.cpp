@@ -74,7 +74,7 @@ void throughput(const fs::path& dir, int64_t mb) {
   double save = since(start);
   start = Clock::now();
   ctitan::checkpoint::CheckpointReader reader(step);
-  for (auto& [key, t] : state["model"]) reader.read_into("model", key, t, 0, t.sizes().vec());
+  for (auto& [key, t] : state["model"]) reader.read_into("model", key, t, std::vector<int64_t>(size_t(t.dim()), 0), t.sizes().vec());
   double load = since(start);
   fs::remove_all(step);
   fmt::print("checkpoint throughput, {} MB fp32 in {}:\n", mb, dir.string());

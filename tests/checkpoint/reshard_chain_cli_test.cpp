@@ -20,10 +20,10 @@ struct Layout {
   Args args;
 };
 
-Args degrees(int replicate, int shard, int local_batch) {
+Args degrees(int replicate, int shard, int local_batch, int tp = 1) {
   return {"--parallelism.data_parallel_replicate_degree", std::to_string(replicate),
           "--parallelism.data_parallel_shard_degree", std::to_string(shard), "--training.local_batch_size",
-          std::to_string(local_batch)};
+          std::to_string(local_batch), "--parallelism.tensor_parallel_degree", std::to_string(tp)};
 }
 
 // A global batch of 12 divides over every layout below. A constant LR after warmup
@@ -39,6 +39,9 @@ const Layout kFsdp3{"FSDP(3)", 3, degrees(1, 3, 4)};
 const Layout kFsdp4{"FSDP(4)", 4, degrees(1, 4, 3)};
 const Layout kHsdp{"HSDP(2x2)", 4, degrees(2, 2, 3)};
 const Layout kDdp2{"DDP(2)", 2, degrees(2, 1, 6)};
+// TP ranks of a group share their batch: TP(2) is one data-parallel rank of 12.
+const Layout kTp2{"TP(2)", 2, degrees(1, 1, 12, 2)};
+const Layout kFsdp2Tp2{"FSDP(2)xTP(2)", 4, degrees(1, 2, 6, 2)};
 
 struct RunLosses {
   std::map<int64_t, double> losses;  // step -> loss, every row of metrics.jsonl (earlier runs' too)
@@ -92,6 +95,13 @@ TEST(CliCheckpointReshard, FsdpLayoutChainMatchesOneRun) {
 }
 
 TEST(CliCheckpointReshard, FsdpResumesAsDdp) { expect_chain_matches_one_run({kFsdp2, kDdp2}); }
+
+// Tensor-parallel checkpoints: TP slices (rows of column-wise weights, columns of row-wise ones)
+// and FSDP rows of those slices, saved under the global FQNs and shapes, resume as FSDP, as one
+// process, and back: TP(2) -> FSDP(2)xTP(2) -> FSDP(2) -> 1 process -> TP(2).
+TEST(CliCheckpointReshard, TpLayoutChainMatchesOneRun) {
+  expect_chain_matches_one_run({kTp2, kFsdp2Tp2, kFsdp2, kOne, kTp2});
+}
 
 }  // namespace
 }  // namespace ctitan

@@ -43,8 +43,8 @@ std::pair<std::map<std::string, StateDict>, std::map<std::string, ShardLayouts>>
       {"rng", {{"cpu", zeros ? torch::zeros({5}, torch::kByte) : rng_of(rank)}}},
   };
   std::map<std::string, ShardLayouts> layouts = {
-      {"model", {{"w", {{7, 3}, offset}}, {"b", {{7}, offset}}}},
-      {"optimizer", {{"state.w.exp_avg", {{7, 3}, offset}}}},
+      {"model", {{"w", {{7, 3}, {offset}}}, {"b", {{7}, {offset}}}}},
+      {"optimizer", {{"state.w.exp_avg", {{7, 3}, {offset}}}}},
   };
   return {state, layouts};
 }
@@ -119,7 +119,7 @@ TEST(CheckpointReshard, ReplicatedSlicesAreWrittenOnce) {
 // A slice that does not fit its declared layout is refused before anything is written.
 TEST(CheckpointReshard, SliceOutsideItsLayoutIsAnError) {
   std::map<std::string, StateDict> state = {{"model", {{"w", torch::zeros({4, 3})}}}};
-  std::map<std::string, ShardLayouts> layouts = {{"model", {{"w", {{7, 3}, 5}}}}};
+  std::map<std::string, ShardLayouts> layouts = {{"model", {{"w", {{7, 3}, {5}}}}}};
   EXPECT_THROW(local_slices(state, layouts, 1), InputError);
 }
 

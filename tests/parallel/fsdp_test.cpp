@@ -5,6 +5,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "support/parity.h"
 #include "support/test_support.h"
 #include "support/tiny_job.h"
 
@@ -13,64 +14,12 @@ namespace {
 
 using testing::concat;
 using testing::read_jsonl;
-using Rows = std::vector<nlohmann::json>;
+using testing::Rows;
+using testing::degrees;
+using testing::expect_parity;
+using testing::kThirtySteps;
 
-// The tiny job as one process (nproc 1) or under `ctitan run` with nproc ranks. Single-process
-// references are deterministic, so each is run once per test binary.
-Rows run_job(int nproc, const std::vector<std::string>& args) {
-  static std::map<std::vector<std::string>, Rows> single_runs;
-  if (nproc == 1 && single_runs.count(args)) return single_runs[args];
-  testing::TempDir dir;
-  std::vector<std::string> head = {"train"};
-  if (nproc > 1) head = {"run", "--nproc-per-node", std::to_string(nproc), "--master-port", "0", "train"};
-  auto r = testing::run_ctitan(concat(concat(head, testing::tiny_job_args(dir.path())), args), 240);
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  auto rows = read_jsonl(dir.file("metrics.jsonl"));
-  if (nproc == 1) single_runs[args] = rows;
-  return rows;
-}
-
-std::vector<std::string> degrees(int replicate, int shard) {
-  return {"--parallelism.data_parallel_replicate_degree", std::to_string(replicate),
-          "--parallelism.data_parallel_shard_degree", std::to_string(shard)};
-}
-
-struct Deviation {
-  double loss = 0, grad_norm = 0;
-};
-
-// Largest relative differences of loss and grad norm, step by step; both runs log every step.
-Deviation compare(const Rows& reference, const Rows& run, size_t steps) {
-  EXPECT_EQ(reference.size(), steps);
-  EXPECT_EQ(run.size(), steps);
-  Deviation d;
-  for (size_t i = 0; i < std::min({reference.size(), run.size(), steps}); ++i) {
-    double la = reference[i]["loss"], lb = run[i]["loss"], ga = reference[i]["grad_norm"], gb = run[i]["grad_norm"];
-    d.loss = std::max(d.loss, std::abs(lb - la) / std::abs(la));
-    d.grad_norm = std::max(d.grad_norm, std::abs(gb - ga) / std::abs(ga));
-  }
-  return d;
-}
-
-const std::vector<std::string> kThirtySteps = {"--training.steps", "30", "--metrics.log_freq", "1"};
-
-// fp32. A sharded run differs from one process only in summation order: each rank's gradient is
-// a sum over its own samples, then the reduce-scatter adds the ranks' sums, ~1e-7 relative per
-// step, which AdamW carries forward. The figures printed below are at most a few 1e-7. The bounds, 1e-4 on the loss and 1e-3 on the grad
-// norm, leave orders of margin for other thread counts, yet a shard reduced twice, a missing
-// padding mask or a loss divided by N twice moves these by tens of percent.
-void expect_parity(const std::string& what, int nproc, const std::vector<std::string>& layout_args,
-                   const std::vector<std::string>& single_args = {"--training.local_batch_size", "4"}) {
-  auto single = run_job(1, concat(kThirtySteps, single_args));
-  auto sharded = run_job(nproc, concat(kThirtySteps, layout_args));
-  auto d = compare(single, sharded, 30);
-  std::cout << what << " vs 1 process over 30 fp32 steps: max relative difference loss " << d.loss
-            << ", grad_norm " << d.grad_norm << "\n";
-  EXPECT_LT(d.loss, 1e-4) << what;
-  EXPECT_LT(d.grad_norm, 1e-3) << what;
-  ASSERT_FALSE(sharded.empty());
-  EXPECT_LT(sharded.back()["loss"].get<double>(), 0.5 * sharded.front()["loss"].get<double>()) << what;
-}
+Rows run_job(int nproc, const std::vector<std::string>& args) { return testing::run_tiny_job(nproc, args); }
 
 TEST(CliFsdp, TwoRanksMatchOneProcess) {
   expect_parity("FSDP(2)", 2, concat(degrees(1, 2), {"--training.local_batch_size", "2"}));
@@ -129,7 +78,7 @@ TEST(CliFsdp, Bf16StaysCloseToOneProcess) {
                                    "--metrics.log_freq", "1"};
   auto single = run_job(1, concat(bf16, {"--training.local_batch_size", "4"}));
   auto sharded = run_job(2, concat(bf16, concat(degrees(1, 2), {"--training.local_batch_size", "2"})));
-  auto d = compare(single, sharded, 20);
+  auto d = testing::compare_runs(single, sharded, 20);
   std::cout << "FSDP(2) bf16 vs 1 process bf16 autocast over 20 steps: max relative difference loss " << d.loss
             << ", grad_norm " << d.grad_norm << "\n";
   EXPECT_LT(d.loss, 3e-2);

@@ -44,9 +44,18 @@ std::string config_hash(const std::string& config_toml) {
   return fmt::format("{:016x}", h);
 }
 
+std::string box_text(const std::vector<int64_t>& offsets, const std::vector<int64_t>& shape) {
+  std::vector<std::string> ranges;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    int64_t lo = d < offsets.size() ? offsets[d] : 0;
+    ranges.push_back(fmt::format("{}:{}", lo, lo + shape[d]));
+  }
+  return fmt::format("[{}]", fmt::join(ranges, ", "));
+}
+
 nlohmann::json entry_to_json(const SliceEntry& e) {
   return {{"part", e.part}, {"key", e.key}, {"rank", e.rank}, {"dtype", e.dtype},
-          {"global_shape", e.global_shape}, {"shape", e.shape}, {"row_offset", e.row_offset},
+          {"global_shape", e.global_shape}, {"shape", e.shape}, {"offsets", e.offsets},
           {"file", e.file}, {"offset", e.offset}, {"nbytes", e.nbytes}, {"crc32", e.crc32}};
 }
 
@@ -58,7 +67,12 @@ SliceEntry entry_from_json(const nlohmann::json& je) {
   e.dtype = je.at("dtype").get<std::string>();
   e.global_shape = je.at("global_shape").get<std::vector<int64_t>>();
   e.shape = je.at("shape").get<std::vector<int64_t>>();
-  e.row_offset = je.at("row_offset").get<int64_t>();
+  if (je.contains("offsets")) {
+    e.offsets = je.at("offsets").get<std::vector<int64_t>>();
+  } else {  // format of checkpoints saved before tensor parallelism: dim-0 slices only
+    e.offsets.assign(e.shape.size(), 0);
+    if (!e.offsets.empty()) e.offsets[0] = je.at("row_offset").get<int64_t>();
+  }
   e.file = je.at("file").get<std::string>();
   e.offset = je.at("offset").get<int64_t>();
   e.nbytes = je.at("nbytes").get<int64_t>();

@@ -16,19 +16,23 @@ namespace ctitan::checkpoint {
 inline constexpr const char* kMetadataFile = "metadata.json";
 inline constexpr int kFormatVersion = 1;
 
-// One saved slice: rows [row_offset, row_offset + shape[0]) of the tensor `part`/`key` whose full
-// shape is global_shape (a 0-d tensor or a whole tensor has row_offset 0 and shape == global_shape).
+// One saved slice: the box at `offsets` (one per dimension) of extent `shape` inside the tensor
+// `part`/`key` whose full shape is global_shape (a whole tensor has offsets all 0 and shape ==
+// global_shape). Checkpoints written before TP stored only "row_offset" (dim 0); they still load.
 // Parts saved per rank (dataloader, rng) set `rank`; parts shared by all ranks have rank = -1.
 struct SliceEntry {
   std::string part, key;
   int rank = -1;
   std::string dtype;  // "float32", "bfloat16", "int64", ... (see dtype_name)
   std::vector<int64_t> global_shape, shape;
-  int64_t row_offset = 0;
+  std::vector<int64_t> offsets;
   std::string file;  // relative to the step directory
   int64_t offset = 0, nbytes = 0;
   uint32_t crc32 = 0;
 };
+
+// "[lo:hi, lo:hi]": the index ranges of a slice, for messages and `checkpoint inspect`.
+std::string box_text(const std::vector<int64_t>& offsets, const std::vector<int64_t>& shape);
 
 struct Metadata {
   int version = kFormatVersion;

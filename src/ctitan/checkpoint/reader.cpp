@@ -13,12 +13,6 @@
 #include "ctitan/common/progress_bar.h"
 
 namespace ctitan::checkpoint {
-namespace {
-
-int64_t rows_of(const std::vector<int64_t>& shape) { return shape.empty() ? 1 : shape[0]; }
-
-}  // namespace
-
 CheckpointReader::CheckpointReader(std::filesystem::path step_dir)
     : step_dir_(std::move(step_dir)), metadata_(read_metadata(step_dir_)) {}
 
@@ -47,8 +41,10 @@ std::vector<std::string> CheckpointReader::keys(const std::string& part, int ran
 
 torch::Tensor CheckpointReader::read_entry(const SliceEntry& e) {
   auto path = step_dir_ / e.file;
-  auto where = fmt::format("{} ({}/{} rows {}..{})", path.string(), e.part, e.key, e.row_offset,
-                           e.row_offset + rows_of(e.shape));
+  auto where = fmt::format("{} ({}/{} {})", path.string(), e.part, e.key, box_text(e.offsets, e.shape));
+  if (e.offsets.size() != e.shape.size() || e.global_shape.size() != e.shape.size()) {
+    throw InputError(fmt::format("checkpoint error: {}: offsets, shape and global_shape differ in rank", where));
+  }
   auto dtype = entry_dtype(e.dtype, path.string());
   auto t = torch::empty(e.shape, torch::TensorOptions(dtype));
   if (int64_t(t.nbytes()) != e.nbytes) {
@@ -78,7 +74,7 @@ torch::Tensor CheckpointReader::read_entry(const SliceEntry& e) {
 }
 
 void CheckpointReader::read_into(const std::string& part, const std::string& key, torch::Tensor target,
-                                 int64_t row_offset, const std::vector<int64_t>& global_shape) {
+                                 const std::vector<int64_t>& offsets, const std::vector<int64_t>& global_shape) {
   auto entries = entries_of(part, key, -1);
   if (entries[0]->global_shape != global_shape) {
     throw InputError(fmt::format("checkpoint error: {}: {}/{} has shape {} but the model expects {}",
@@ -90,18 +86,36 @@ void CheckpointReader::read_into(const std::string& part, const std::string& key
     target.copy_(read_entry(*entries[0]));
     return;
   }
-  const int64_t begin = row_offset, end = row_offset + target.size(0);
+  const auto ndim = size_t(target.dim());
   int64_t covered = 0;
   for (const auto* e : entries) {
-    const int64_t lo = std::max(begin, e->row_offset), hi = std::min(end, e->row_offset + rows_of(e->shape));
-    if (lo >= hi) continue;
-    auto saved = read_entry(*e);  // (rows_e, ...)
-    target.narrow(0, lo - begin, hi - lo).copy_(saved.narrow(0, lo - e->row_offset, hi - lo));
-    covered += hi - lo;
+    if (e->offsets.size() != ndim || e->shape.size() != ndim) continue;  // read_entry names it if it overlaps
+    // The intersection of the target's box and the saved box, dimension by dimension.
+    auto target_part = target, saved_part = torch::Tensor();
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    bool empty = false;
+    for (size_t d = 0; d < ndim && !empty; ++d) {
+      int64_t lo = std::max(offsets[d], e->offsets[d]);
+      int64_t hi = std::min(offsets[d] + target.size(int64_t(d)), e->offsets[d] + e->shape[d]);
+      empty = lo >= hi;
+      ranges.emplace_back(lo, hi);
+    }
+    if (empty) continue;
+    saved_part = read_entry(*e);  // the saved box, e->shape
+    int64_t volume = 1;
+    for (size_t d = 0; d < ndim; ++d) {
+      auto [lo, hi] = ranges[d];
+      target_part = target_part.narrow(int64_t(d), lo - offsets[d], hi - lo);
+      saved_part = saved_part.narrow(int64_t(d), lo - e->offsets[d], hi - lo);
+      volume *= hi - lo;
+    }
+    target_part.copy_(saved_part);
+    covered += volume;
   }
-  if (covered != end - begin) {
-    throw InputError(fmt::format("checkpoint error: {}: saved slices of {}/{} cover {} of rows {}..{}",
-                                 step_dir_.string(), part, key, covered, begin, end));
+  if (covered != target.numel()) {
+    throw InputError(fmt::format("checkpoint error: {}: saved slices of {}/{} cover {} of the {} elements of {}",
+                                 step_dir_.string(), part, key, covered, target.numel(),
+                                 box_text(offsets, target.sizes().vec())));
   }
 }
 
@@ -110,7 +124,7 @@ torch::Tensor CheckpointReader::read_whole(const std::string& part, const std::s
   if (rank >= 0) return read_entry(*entries[0]);  // per-rank tensors are saved whole
   auto t = torch::empty(entries[0]->global_shape,
                         torch::TensorOptions(entry_dtype(entries[0]->dtype, step_dir_.string())));
-  read_into(part, key, t, 0, entries[0]->global_shape);
+  read_into(part, key, t, std::vector<int64_t>(entries[0]->global_shape.size(), 0), entries[0]->global_shape);
   return t;
 }
 

@@ -17,17 +17,22 @@ std::vector<LocalSlice> local_slices(const std::map<std::string, StateDict>& sta
   for (const auto& [part, dict] : state) {
     auto part_layouts = layouts.find(part);
     for (const auto& [key, tensor] : dict) {
-      LocalSlice s{part, key, is_per_rank_part(part) ? rank : -1, tensor, tensor.sizes().vec(), 0};
+      LocalSlice s{part, key, is_per_rank_part(part) ? rank : -1, tensor, tensor.sizes().vec(),
+                   std::vector<int64_t>(size_t(tensor.dim()), 0)};
       if (part_layouts != layouts.end()) {
         auto layout = part_layouts->second.find(key);
         if (layout != part_layouts->second.end()) {
           s.global_shape = layout->second.global_shape;
-          s.row_offset = layout->second.row_offset;
-          if (tensor.dim() == 0 || s.global_shape.size() != size_t(tensor.dim()) ||
-              s.row_offset + tensor.size(0) > s.global_shape[0]) {
+          s.offsets = layout->second.full_offsets();
+          bool fits = tensor.dim() > 0 && s.global_shape.size() == size_t(tensor.dim()) &&
+                      layout->second.offsets.size() <= s.global_shape.size();
+          for (int64_t d = 0; fits && d < tensor.dim(); ++d) {
+            fits = s.offsets[size_t(d)] >= 0 && s.offsets[size_t(d)] + tensor.size(d) <= s.global_shape[size_t(d)];
+          }
+          if (!fits) {
             throw InputError(fmt::format("checkpoint error: rank {}: {}/{} of shape {} does not fit its layout "
-                                         "(rows from {} of {})", rank, part, key, fmt::join(tensor.sizes(), "x"),
-                                         s.row_offset, fmt::join(s.global_shape, "x")));
+                                         "(at [{}] of {})", rank, part, key, fmt::join(tensor.sizes(), "x"),
+                                         fmt::join(s.offsets, ", "), fmt::join(s.global_shape, "x")));
           }
         }
       }
@@ -38,8 +43,8 @@ std::vector<LocalSlice> local_slices(const std::map<std::string, StateDict>& sta
 }
 
 std::string slice_identity(const LocalSlice& s) {
-  int64_t rows = s.tensor.dim() == 0 ? 0 : s.tensor.size(0);
-  return fmt::format("{}\t{}\t{}\t{}\t{}", s.part, s.key, s.rank, s.row_offset, rows);
+  return fmt::format("{}\t{}\t{}\t{}\t{}", s.part, s.key, s.rank, fmt::join(s.offsets, ","),
+                     fmt::join(s.tensor.sizes(), ","));
 }
 
 std::string plan_text(const std::vector<LocalSlice>& slices) {

@@ -13,20 +13,20 @@ namespace ctitan::checkpoint {
 // dataloader and rng differ per rank and are saved for every rank; every other part is shared.
 bool is_per_rank_part(const std::string& part);
 
-// One tensor this rank holds: rows [row_offset, row_offset + tensor.size(0)) of a tensor of
-// shape global_shape (whole tensors: row_offset 0, shape == global_shape).
+// One tensor this rank holds: the box at `offsets` (one per dimension) with the tensor's shape,
+// inside a tensor of shape global_shape (whole tensors: offsets all 0, shape == global_shape).
 struct LocalSlice {
   std::string part, key;
   int rank = -1;  // the owner for per-rank parts; -1 for shared parts
   torch::Tensor tensor;
   std::vector<int64_t> global_shape;
-  int64_t row_offset = 0;
+  std::vector<int64_t> offsets;
 };
 
 std::vector<LocalSlice> local_slices(const std::map<std::string, StateDict>& state,
                                      const std::map<std::string, ShardLayouts>& layouts, int rank);
 
-// What makes two ranks' slices the same bytes: part, key, owner, and row range.
+// What makes two ranks' slices the same bytes: part, key, owner, and box.
 std::string slice_identity(const LocalSlice& s);
 // The plan a rank sends to the others: its slice identities, one per line.
 std::string plan_text(const std::vector<LocalSlice>& slices);

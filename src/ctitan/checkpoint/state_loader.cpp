@@ -47,15 +47,15 @@ void load_into(CheckpointReader& reader, std::map<std::string, StateDict>& state
     auto part_layouts = layouts.find(part);
     for (auto& [key, live] : dict) {
       std::vector<int64_t> global_shape = live.sizes().vec();
-      int64_t row_offset = 0;
+      std::vector<int64_t> offsets(global_shape.size(), 0);
       if (part_layouts != layouts.end()) {
         auto layout = part_layouts->second.find(key);
         if (layout != part_layouts->second.end()) {
           global_shape = layout->second.global_shape;
-          row_offset = layout->second.row_offset;
+          offsets = layout->second.full_offsets();
         }
       }
-      reader.read_into(part, key, live, row_offset, global_shape);
+      reader.read_into(part, key, live, offsets, global_shape);
     }
   }
 }

@@ -70,7 +70,7 @@ std::vector<SliceEntry> write_rank_file(const std::filesystem::path& step_dir, i
     const char* bytes = static_cast<const char*>(t.data_ptr());
     out.write(bytes, size_t(nbytes));
     entries.push_back({s.part, s.key, s.rank, entry_dtype_name(t.scalar_type()), s.global_shape, t.sizes().vec(),
-                       s.row_offset, file, offset, nbytes, crc32(bytes, size_t(nbytes))});
+                       s.offsets, file, offset, nbytes, crc32(bytes, size_t(nbytes))});
     offset += nbytes;
   }
   out.commit();

@@ -38,9 +38,9 @@ void inspect_step(const std::filesystem::path& dir, bool verify, bool tensors) {
   for (const auto& [file, bytes] : files) fmt::print("  file {} ({} bytes of tensors)\n", file, bytes);
   if (tensors) {
     for (const auto& e : m.entries) {
-      fmt::print("  {}/{}{} {} global [{}] rows {}..{} in {} @{} crc32 {:08x}\n", e.part, e.key,
+      fmt::print("  {}/{}{} {} global [{}] slice {} in {} @{} crc32 {:08x}\n", e.part, e.key,
                  e.rank >= 0 ? fmt::format(" (rank {})", e.rank) : "", e.dtype, fmt::join(e.global_shape, ", "),
-                 e.row_offset, e.row_offset + (e.shape.empty() ? 1 : e.shape[0]), e.file, e.offset, e.crc32);
+                 checkpoint::box_text(e.offsets, e.shape), e.file, e.offset, e.crc32);
     }
   }
   if (verify) {

@@ -81,9 +81,9 @@ std::unique_ptr<DistContext> init_distributed(const config::JobConfig& config, c
     names.push_back(name);
     sizes.push_back(size);
   }
-  if (names.empty()) {  // a world of one along every dim still gets a (trivial) dp dimension
-    names.push_back("dp_shard");
-    sizes.push_back(1);
+  if (names.empty() || names.front() == "tp") {  // no data parallelism still gets a (trivial) dp dimension
+    names.insert(names.begin(), "dp_shard");
+    sizes.insert(sizes.begin(), 1);
   }
   ctx->mesh = std::make_unique<DeviceMesh>(names, sizes, env.rank);
   std::vector<std::string> dp_dims;

@@ -7,11 +7,12 @@
 
 namespace ctitan::train {
 
-torch::Tensor grad_l2_norm(const std::vector<torch::Tensor>& params, distributed::Communicator* shard_group) {
+namespace {
+
+// Sum of squares of `grads` as a 0-d fp64 tensor (on the host for CPU gradients).
+torch::Tensor sum_of_squares(const std::vector<torch::Tensor>& grads) {
   std::vector<torch::Tensor> host_grads, device_grads;
-  for (const auto& p : params) {
-    if (p.grad().defined()) (p.grad().is_cpu() ? host_grads : device_grads).push_back(p.grad());
-  }
+  for (const auto& g : grads) (g.is_cpu() ? host_grads : device_grads).push_back(g);
   // CPU gradients: ctitan's one-pass kernel, whose double is on the host already (no sync).
   auto sum_sq = torch::tensor(ops::sum_of_squares(host_grads), torch::kDouble);
   if (!device_grads.empty()) {
@@ -19,15 +20,35 @@ torch::Tensor grad_l2_norm(const std::vector<torch::Tensor>& params, distributed
     auto norms = torch::stack(torch::_foreach_norm(device_grads, 2, torch::kFloat)).to(torch::kDouble);  // (n_params,)
     sum_sq = sum_sq.to(device_grads.front().device()) + norms.pow(2).sum();
   }
+  return sum_sq;
+}
+
+}  // namespace
+
+torch::Tensor grad_l2_norm(const std::vector<torch::Tensor>& params, const GradNormGroups& groups) {
+  std::vector<torch::Tensor> sliced, replicated;  // over the tp group
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].grad().defined()) continue;
+    bool whole_on_tp = groups.tp && i < groups.tp_replicated.size() && groups.tp_replicated[i];
+    (whole_on_tp ? replicated : sliced).push_back(params[i].grad());
+  }
+  auto sum_sq = sum_of_squares(sliced);
   // FSDP: each rank summed only its shards (padding excluded); the group's sum is the whole's.
-  if (shard_group) shard_group->all_reduce(sum_sq, distributed::ReduceOp::kSum);
+  if (groups.shard) groups.shard->all_reduce(sum_sq, distributed::ReduceOp::kSum);
+  if (groups.tp) {
+    // TP: the slices add up over the tp group; the replicated norms are counted once.
+    groups.tp->all_reduce(sum_sq, distributed::ReduceOp::kSum);
+    auto replicated_sq = sum_of_squares(replicated);
+    if (groups.shard) groups.shard->all_reduce(replicated_sq, distributed::ReduceOp::kSum);
+    sum_sq = sum_sq + replicated_sq.to(sum_sq.device());
+  }
   return sum_sq.sqrt().to(torch::kFloat);
 }
 
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
-                             distributed::Communicator* shard_group) {
+                             const GradNormGroups& groups) {
   torch::NoGradGuard no_grad;
-  auto norm = grad_l2_norm(params, shard_group);
+  auto norm = grad_l2_norm(params, groups);
   if (max_norm <= 0) return norm;
   // torch.nn.utils.clip_grad_norm_'s rule as tensor ops, so a GPU step never waits for the norm.
   auto coef = ((norm.to(torch::kDouble) + 1e-6).reciprocal() * max_norm).clamp_max(1.0).to(torch::kFloat);

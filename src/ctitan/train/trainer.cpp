@@ -44,6 +44,9 @@ Trainer::Trainer(config::JobConfig config)
     dp_group_ = dist_->mesh->group("dp");
     dp_degree_ = dist_->dims.dp();
     dp_rank_ = dist_->mesh->local_rank("dp");
+  } else {
+    // One process: degrees that ask for more ranks are an error, not silently ignored.
+    distributed::ParallelDims::from_config(config_.parallelism, 1);
   }
   const auto& t = config_.training;
   torch::manual_seed(uint64_t(config_.debug.seed));
@@ -122,14 +125,21 @@ Trainer::Trainer(config::JobConfig config)
 
 // Parallelism is applied to the built model from outside, as torchtitan's parallelize step.
 void Trainer::setup_parallelism() {
-  // torchtitan's order: (TP) -> activation checkpointing -> FSDP; AC also applies to one process.
+  // torchtitan's order: TP -> activation checkpointing -> FSDP; AC also applies to one process.
+  if (dist_ && dist_->dims.tp_enabled()) {
+    parallel::tp::validate_tensor_parallel(model_->args(), config_.training.seq_len, dist_->dims.tp);
+    const bool loss_parallel = !config_.parallelism.disable_loss_parallel;
+    tensor_parallel_ = std::make_unique<parallel::tp::TensorParallel>(*model_, dist_->mesh->group("tp"), loss_parallel);
+    spdlog::info("TP over {} ranks: column-wise wq/wk/wv/w1/w3, row-wise wo/w2, sequence-parallel norms, "
+                 "vocab-sharded embeddings and output, loss parallel {}", dist_->dims.tp,
+                 loss_parallel ? "on" : "off (logits all-gathered)");
+  }
   if (int wrapped = parallel::apply_activation_checkpointing(*model_, config_.activation_checkpoint)) {
     spdlog::info("activation checkpointing {}: {} of {} blocks recompute their activations in backward",
                  config::name_of(config_.activation_checkpoint.mode), wrapped, model_->layers->size());
   }
   if (!dist_) return;
   const auto& dims = dist_->dims;
-  if (dims.tp_enabled()) throw ConfigError("parallelism.tensor_parallel_degree > 1: TP is not implemented yet");
   if (dims.fsdp_enabled()) {
     // Every rank built the same full model from the same seed, so each can take its own shard
     // without a broadcast.
@@ -175,6 +185,22 @@ std::vector<std::pair<std::string, torch::Tensor>> Trainer::trained_parameters()
   return named;
 }
 
+torch::Tensor Trainer::summed_loss(const torch::Tensor& logits, const torch::Tensor& labels) const {
+  if (tensor_parallel_ && tensor_parallel_->loss_parallel()) {
+    return tensor_parallel_->vocab_parallel_cross_entropy_sum(logits, labels, kIgnoreIndex);  // logits (B, T, V/tp)
+  }
+  return summed_cross_entropy(logits, labels);  // logits (B, T, V)
+}
+
+GradNormGroups Trainer::grad_norm_groups() const {
+  GradNormGroups groups{shard_group_.get(), nullptr, {}};
+  if (tensor_parallel_) {
+    groups.tp = &tensor_parallel_->group();
+    for (const auto& [fqn, p] : trained_parameters()) groups.tp_replicated.push_back(tensor_parallel_->replicated(fqn));
+  }
+  return groups;
+}
+
 std::unique_ptr<data::PackedLoader> Trainer::make_loader(const std::string& path, const std::string& format,
                                                          const std::string& key) const {
   auto stream = data::open_token_stream(path, format, tokenizer_, key);
@@ -196,7 +222,9 @@ std::vector<data::Batch> Trainer::next_global_batch() {
 StepResult Trainer::train_step(const std::vector<data::Batch>& microbatches) {
   optimizer_->zero_grad();
   auto [loss, rank_loss] = forward_backward(microbatches);
-  auto grad_norm = clip_grad_norm(optimizer_->params(), config_.training.max_norm, shard_group_.get());
+  // The norms' gradients came from this rank's sequence shard only: summed over tp they are whole.
+  if (tensor_parallel_) tensor_parallel_->reduce_replicated_gradients(trained_parameters());
+  auto grad_norm = clip_grad_norm(optimizer_->params(), config_.training.max_norm, grad_norm_groups());
   in_optimizer_update_ = true;
   optimizer_->step(lr_scheduler_->current_lr());
   lr_scheduler_->step();
@@ -230,7 +258,7 @@ std::pair<torch::Tensor, torch::Tensor> Trainer::forward_backward(const std::vec
     {
       AutocastGuard autocast(bf16_, device_.type());
       auto logits = model_->forward(mb.inputs);  // (B, T, vocab)
-      loss = summed_cross_entropy(logits, mb.labels) / denominator;
+      loss = summed_loss(logits, mb.labels) / denominator;
     }
     loss.backward();
     loss_total += loss.detach();
@@ -272,7 +300,8 @@ void Trainer::train_steps() {
     microbatches.clear();
     ++step_;
     ntokens_seen_ += result.tokens;
-    metrics_->record_step(result.tokens, data_seconds);
+    // Throughput per device, as torchtitan: a tp group computes its dp rank's tokens together.
+    metrics_->record_step(result.tokens / (dist_ ? dist_->dims.tp : 1), data_seconds);
 
     const bool last = step_ == t.steps;
     if (step_ % config_.metrics.log_freq == 0 || last) {
@@ -306,7 +335,7 @@ double Trainer::validate() {
     auto batch = loader->next();
     AutocastGuard autocast(bf16_, device_.type());
     auto logits = model_->forward(batch.inputs.to(device_));
-    loss_sum += summed_cross_entropy(logits, batch.labels.to(device_)).item<double>();
+    loss_sum += summed_loss(logits, batch.labels.to(device_)).item<double>();
     tokens += count_valid_tokens(batch.labels).item<int64_t>();
   }
   if (dp_group_) {  // every dp rank evaluated its own shard of the validation windows
@@ -336,6 +365,7 @@ std::map<std::string, StateDict> Trainer::state_dicts() const {
 
 std::map<std::string, ShardLayouts> Trainer::shard_layouts() const {
   auto model = data_parallel_ ? data_parallel_->shard_layouts() : ShardLayouts{};
+  if (tensor_parallel_) model = parallel::tp::nest_layouts(tensor_parallel_->shard_layouts(), model);
   if (model.empty()) return {};  // every tensor is whole
   return {{"model", model}, {"optimizer", optimizer_->state_layouts(model)}};
 }

@@ -19,9 +19,11 @@
 #include "ctitan/metrics/metrics_processor.h"
 #include "ctitan/models/llama/model.h"
 #include "ctitan/train/adamw.h"
+#include "ctitan/train/grad_clip.h"
 #include "ctitan/train/housekeeping.h"
 #include "ctitan/train/lr_scheduler.h"
 #include "ctitan/parallel/data_parallel.h"
+#include "ctitan/parallel/tp/tensor_parallel.h"
 
 namespace ctitan::train {
 
@@ -70,6 +72,11 @@ class Trainer {
   void train_steps();  // the step loop of train(), which adds the emergency checkpoint on exceptions
   std::vector<data::Batch> next_global_batch();
   void setup_parallelism();
+  // Summed cross-entropy of the model's logits: over vocab-sharded logits under loss parallel.
+  torch::Tensor summed_loss(const torch::Tensor& logits, const torch::Tensor& labels) const;
+  // The gradient-norm groups for clipping: the FSDP shard group, and TP's group and replicated
+  // parameters (by index in trained_parameters()).
+  GradNormGroups grad_norm_groups() const;
   // The parameters the optimizer steps on: the model's own, or FSDP's fp32 shards.
   std::vector<std::pair<std::string, torch::Tensor>> trained_parameters() const;
   // comm.link_gbytes_per_s, or an all-gather measured now over the dp group (collective).
@@ -85,6 +92,8 @@ class Trainer {
   bool bf16_;
   std::shared_ptr<const data::Tokenizer> tokenizer_;
   models::llama::Transformer model_{nullptr};
+  // Tensor parallelism over the mesh's tp group; null without it. After model_: destroyed first.
+  std::unique_ptr<parallel::tp::TensorParallel> tensor_parallel_;
   // DDP, FSDP or HSDP; null for one process. After model_: destroyed before it.
   std::unique_ptr<parallel::DataParallel> data_parallel_;
   std::shared_ptr<distributed::Communicator> shard_group_;  // FSDP's dp_shard group, else null

@@ -59,9 +59,11 @@ AttentionImpl::AttentionImpl(const ModelArgs& args)
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope, KVCacheSlot* cache) {
   auto B = x.size(0), T = x.size(1);
   // (B, T, H, D) per projection; kv have n_kv_heads heads.
-  auto q = apply_rope(wq(x).view({B, T, n_heads_, head_dim_}), rope);
-  auto k = apply_rope(wk(x).view({B, T, n_kv_heads_, head_dim_}), rope);
-  auto v = wv(x).view({B, T, n_kv_heads_, head_dim_});
+  // Head counts come from the projections' widths (-1), not from args: tensor parallelism gives
+  // each rank a slice of the heads by slicing wq/wk/wv, and this code stays the same.
+  auto q = apply_rope(wq(x).view({B, T, -1, head_dim_}), rope);
+  auto k = apply_rope(wk(x).view({B, T, -1, head_dim_}), rope);
+  auto v = wv(x).view({B, T, -1, head_dim_});
   int64_t q_start = 0;
   if (cache) {
     // (B, S, n_kv_heads, D), S = start + T: the cached positions, then x's.
@@ -96,14 +98,19 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t id, const ModelArgs& args) : 
 }
 
 torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope, KVCacheSlot* cache) {
-  auto h = x + attention(attention_norm(x), rope, cache);
-  return h + feed_forward(ffn_norm(h));
+  auto attend = [&](const torch::Tensor& in) { return attention(in, rope, cache); };
+  auto h = x + (hooks ? hooks->call(*attention, attention_norm(x), attend) : attend(attention_norm(x)));
+  auto ffn = [&](const torch::Tensor& in) { return feed_forward(in); };
+  return h + (hooks ? hooks->call(*feed_forward, ffn_norm(h), ffn) : ffn(ffn_norm(h)));
 }
 
 TransformerImpl::TransformerImpl(const ModelArgs& args) : args_(args) {
   tok_embeddings = register_module("tok_embeddings", torch::nn::Embedding(args.vocab_size, args.dim));
   layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < args.n_layers; ++i) layers->push_back(TransformerBlock(i, args));
+  for (int64_t i = 0; i < args.n_layers; ++i) {
+    layers->push_back(TransformerBlock(i, args));
+    layers->ptr<TransformerBlockImpl>(size_t(i))->hooks = &hooks;
+  }
   norm = register_module("norm", RMSNorm(args.dim, args.norm_eps));
   output = register_module("output", linear(args.dim, args.vocab_size));
 }

@@ -65,6 +65,9 @@ class TransformerBlockImpl : public torch::nn::Module {
   TransformerBlockImpl(int64_t layer_id, const ModelArgs& args);
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, KVCacheSlot* cache = nullptr);
   int64_t layer_id;
+  // The model's hooks, through which the block calls attention and feed_forward (tensor
+  // parallelism gathers and scatters their inputs and outputs there); null: plain calls.
+  const ModuleHooks* hooks = nullptr;
   Attention attention{nullptr};
   FeedForward feed_forward{nullptr};
   RMSNorm attention_norm{nullptr}, ffn_norm{nullptr};
@@ -78,7 +81,8 @@ class TransformerImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& tokens);
   const ModelArgs& args() const { return args_; }
 
-  // Run around the forward of the model itself, tok_embeddings, each block, norm and output.
+  // Run around the forward of the model itself, tok_embeddings, each block (and inside it,
+  // attention and feed_forward), norm and output.
   ModuleHooks hooks;
 
   torch::nn::Embedding tok_embeddings{nullptr};

@@ -130,7 +130,7 @@ std::vector<std::pair<std::string, torch::Tensor>> FSDPModule::sharded_parameter
 ShardLayouts FSDPModule::shard_layouts() const {
   ShardLayouts out;
   for (const auto& g : param_groups_) {
-    for (const auto& sp : g->params()) out[sp.fqn] = ShardLayout{sp.global_shape, sp.row_offset};
+    for (const auto& sp : g->params()) out[sp.fqn] = ShardLayout{sp.global_shape, {sp.row_offset}};
   }
   return out;
 }

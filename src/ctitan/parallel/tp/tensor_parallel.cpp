@@ -1,0 +1,140 @@
+#include "ctitan/parallel/tp/tensor_parallel.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "ctitan/common/error.h"
+#include "ctitan/parallel/tp/sequence_parallel.h"
+#include "ctitan/parallel/tp/vocab_parallel_loss.h"
+
+namespace ctitan::parallel::tp {
+
+ShardRange shard_range(int64_t n, int64_t parts, int64_t index) {
+  const int64_t chunk = (n + parts - 1) / parts;
+  return {std::min(index * chunk, n), std::clamp<int64_t>(n - index * chunk, 0, chunk)};
+}
+
+void validate_tensor_parallel(const models::llama::ModelArgs& args, int64_t seq_len, int64_t tp) {
+  if (tp <= 1) return;
+  auto require_divisible = [tp](int64_t value, const std::string& what) {
+    if (value % tp != 0) {
+      throw ConfigError(fmt::format("{} {} is not divisible by parallelism.tensor_parallel_degree {}", what, value, tp));
+    }
+  };
+  require_divisible(args.n_heads, "model.n_heads");
+  require_divisible(args.kv_heads(), "model.n_kv_heads");
+  require_divisible(args.dim, "model.dim");
+  require_divisible(args.ffn_hidden_dim(), "the feed-forward width (from model.dim and the flavor's multiple_of)");
+  require_divisible(seq_len, "training.seq_len (sequence parallel splits it)");
+  const int64_t chunk = (args.vocab_size + tp - 1) / tp;
+  if ((tp - 1) * chunk >= args.vocab_size) {
+    throw ConfigError(fmt::format("model.vocab_size {} in parallelism.tensor_parallel_degree {} shards of {} rows "
+                                  "leaves the last rank no rows", args.vocab_size, tp, chunk));
+  }
+}
+
+TensorParallel::TensorParallel(models::llama::TransformerImpl& model, std::shared_ptr<distributed::Communicator> group,
+                               bool loss_parallel)
+    : group_(std::move(group)), loss_parallel_(loss_parallel) {
+  const int64_t tp = group_->size(), rank = group_->rank();
+  const auto& args = model.args();
+  vocab_ = shard_range(args.vocab_size, tp, rank);
+  auto column_wise = [&](const std::string& fqn, torch::nn::Linear& linear) {  // weight (out, in): slice out
+    slice(fqn, linear->weight, 0, shard_range(linear->weight.size(0), tp, rank));
+  };
+  auto row_wise = [&](const std::string& fqn, torch::nn::Linear& linear) {  // weight (out, in): slice in
+    slice(fqn, linear->weight, 1, shard_range(linear->weight.size(1), tp, rank));
+  };
+  auto& hooks = model.hooks;
+  distributed::Communicator* g = group_.get();
+
+  slice("tok_embeddings.weight", model.tok_embeddings->weight, 0, vocab_);
+  // Each rank embeds the ids in its rows and zeros for the rest; the sum over ranks, taken by
+  // the reduce-scatter, is the full embedding (exact: every other term is zero).
+  hooks.set_around(*model.tok_embeddings, [vocab = vocab_](const torch::Tensor& ids, const auto& forward) {
+    auto owned = (ids >= vocab.offset) & (ids < vocab.offset + vocab.size);  // (B, T)
+    auto local_ids = torch::where(owned, ids - vocab.offset, torch::zeros_like(ids));
+    return forward(local_ids).masked_fill(~owned.unsqueeze(-1), 0.0);  // (B, T, dim), partial
+  });
+  hooks.add_post_forward(*model.tok_embeddings, [g](const torch::Tensor& h) { return reduce_scatter_sequence(h, *g); });
+
+  for (size_t i = 0; i < model.layers->size(); ++i) {
+    auto* block = model.layers->ptr<models::llama::TransformerBlockImpl>(i).get();
+    const std::string prefix = fmt::format("layers.{}.", i);
+    auto& attention = *block->attention;
+    column_wise(prefix + "attention.wq.weight", attention.wq);
+    column_wise(prefix + "attention.wk.weight", attention.wk);
+    column_wise(prefix + "attention.wv.weight", attention.wv);
+    row_wise(prefix + "attention.wo.weight", attention.wo);
+    auto& feed_forward = *block->feed_forward;
+    column_wise(prefix + "feed_forward.w1.weight", feed_forward.w1);
+    column_wise(prefix + "feed_forward.w3.weight", feed_forward.w3);
+    row_wise(prefix + "feed_forward.w2.weight", feed_forward.w2);
+    replicated_.insert(prefix + "attention_norm.weight");
+    replicated_.insert(prefix + "ffn_norm.weight");
+    for (const torch::nn::Module* module : {static_cast<const torch::nn::Module*>(&attention),
+                                            static_cast<const torch::nn::Module*>(&feed_forward)}) {
+      hooks.add_pre_forward(*module, [g](const torch::Tensor& x) { return gather_sequence(x, *g); });
+      hooks.add_post_forward(*module, [g](const torch::Tensor& y) { return reduce_scatter_sequence(y, *g); });
+    }
+  }
+  replicated_.insert("norm.weight");
+
+  slice("output.weight", model.output->weight, 0, vocab_);
+  hooks.add_pre_forward(*model.output, [g](const torch::Tensor& x) { return gather_sequence(x, *g); });
+  if (!loss_parallel_) {
+    hooks.add_post_forward(*model.output, [g, vocab = args.vocab_size, chunk = (args.vocab_size + tp - 1) / tp](
+                                              const torch::Tensor& logits) { return gather_vocab(logits, *g, vocab, chunk); });
+  }
+}
+
+void TensorParallel::slice(const std::string& fqn, torch::Tensor param, int64_t dim, ShardRange range) {
+  ShardLayout layout{param.sizes().vec(), std::vector<int64_t>(size_t(param.dim()), 0)};
+  layout.offsets[size_t(dim)] = range.offset;
+  layouts_[fqn] = layout;
+  torch::NoGradGuard no_grad;
+  // A copy, so the full tensor's memory is released: this rank keeps 1/tp of it.
+  param.set_data(param.narrow(dim, range.offset, range.size).clone());
+}
+
+void TensorParallel::reduce_replicated_gradients(const std::vector<std::pair<std::string, torch::Tensor>>& params) const {
+  std::vector<torch::Tensor> grads;
+  for (const auto& [fqn, p] : params) {
+    if (replicated(fqn) && p.grad().defined()) grads.push_back(p.grad());
+  }
+  if (grads.empty()) return;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> flat;
+  for (const auto& g : grads) flat.push_back(g.reshape({-1}));
+  auto buffer = torch::cat(flat);  // (sum of numels,): one collective for every norm weight
+  group_->all_reduce(buffer, distributed::ReduceOp::kSum);
+  int64_t offset = 0;
+  for (auto& g : grads) {
+    g.copy_(buffer.narrow(0, offset, g.numel()).view_as(g));
+    offset += g.numel();
+  }
+}
+
+torch::Tensor TensorParallel::vocab_parallel_cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& labels,
+                                                               int64_t ignore_index) const {
+  return tp::vocab_parallel_cross_entropy_sum(logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}),
+                                              vocab_.offset, ignore_index, *group_);
+}
+
+ShardLayouts nest_layouts(const ShardLayouts& tp, const ShardLayouts& dp) {
+  ShardLayouts out = tp;
+  for (const auto& [key, inner] : dp) {
+    auto outer = tp.find(key);
+    if (outer == tp.end()) {
+      out[key] = inner;
+      continue;
+    }
+    ShardLayout nested{outer->second.global_shape, outer->second.full_offsets()};
+    for (size_t d = 0; d < nested.offsets.size(); ++d) nested.offsets[d] += inner.offset(d);
+    out[key] = nested;
+  }
+  return out;
+}
+
+}  // namespace ctitan::parallel::tp

@@ -1,0 +1,60 @@
+#include "support/parity.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <iostream>
+#include <map>
+
+#include "support/test_support.h"
+#include "support/tiny_job.h"
+
+namespace ctitan::testing {
+
+const std::vector<std::string> kThirtySteps = {"--training.steps", "30", "--metrics.log_freq", "1"};
+
+Rows run_tiny_job(int nproc, const std::vector<std::string>& args) {
+  static std::map<std::vector<std::string>, Rows> single_runs;
+  if (nproc == 1 && single_runs.count(args)) return single_runs[args];
+  TempDir dir;
+  std::vector<std::string> head = {"train"};
+  if (nproc > 1) head = {"run", "--nproc-per-node", std::to_string(nproc), "--master-port", "0", "train"};
+  auto r = run_ctitan(concat(concat(head, tiny_job_args(dir.path())), args), 240);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  auto rows = read_jsonl(dir.file("metrics.jsonl"));
+  if (nproc == 1) single_runs[args] = rows;
+  return rows;
+}
+
+std::vector<std::string> degrees(int replicate, int shard, int tp) {
+  return {"--parallelism.data_parallel_replicate_degree", std::to_string(replicate),
+          "--parallelism.data_parallel_shard_degree", std::to_string(shard),
+          "--parallelism.tensor_parallel_degree", std::to_string(tp)};
+}
+
+Deviation compare_runs(const Rows& reference, const Rows& run, size_t steps) {
+  EXPECT_EQ(reference.size(), steps);
+  EXPECT_EQ(run.size(), steps);
+  Deviation d;
+  for (size_t i = 0; i < std::min({reference.size(), run.size(), steps}); ++i) {
+    double la = reference[i]["loss"], lb = run[i]["loss"], ga = reference[i]["grad_norm"], gb = run[i]["grad_norm"];
+    d.loss = std::max(d.loss, std::abs(lb - la) / std::abs(la));
+    d.grad_norm = std::max(d.grad_norm, std::abs(gb - ga) / std::abs(ga));
+  }
+  return d;
+}
+
+void expect_parity(const std::string& what, int nproc, const std::vector<std::string>& layout_args,
+                   const std::vector<std::string>& single_args) {
+  auto single = run_tiny_job(1, concat(kThirtySteps, single_args));
+  auto sharded = run_tiny_job(nproc, concat(kThirtySteps, layout_args));
+  auto d = compare_runs(single, sharded, 30);
+  std::cout << what << " vs 1 process over 30 fp32 steps: max relative difference loss " << d.loss
+            << ", grad_norm " << d.grad_norm << "\n";
+  EXPECT_LT(d.loss, 1e-4) << what;
+  EXPECT_LT(d.grad_norm, 1e-3) << what;
+  ASSERT_FALSE(sharded.empty());
+  EXPECT_LT(sharded.back()["loss"].get<double>(), 0.5 * sharded.front()["loss"].get<double>()) << what;
+}
+
+}  // namespace ctitan::testing

@@ -1,0 +1,38 @@
+#pragma once
+// Parity runs: the tiny job (tiny_job.h) as one process or under `ctitan run`, its metrics.jsonl
+// rows, and the largest relative differences between two runs' losses and gradient norms.
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace ctitan::testing {
+
+using Rows = std::vector<nlohmann::json>;
+
+// The tiny job with `args`, as one process (nproc 1) or `ctitan run --nproc-per-node nproc`;
+// expects exit 0. Single-process runs are deterministic, so each is run once per test binary.
+Rows run_tiny_job(int nproc, const std::vector<std::string>& args);
+
+// --parallelism degrees: data_parallel_replicate, data_parallel_shard, tensor_parallel.
+std::vector<std::string> degrees(int replicate, int shard, int tp = 1);
+
+struct Deviation {
+  double loss = 0, grad_norm = 0;
+};
+// Largest relative differences of loss and grad norm, step by step; both runs log every step.
+Deviation compare_runs(const Rows& reference, const Rows& run, size_t steps);
+
+// 30 steps, every step logged.
+extern const std::vector<std::string> kThirtySteps;
+
+// fp32. A sharded run differs from one process only in summation order: each rank's gradient is
+// a sum over its own samples, then the collectives add the ranks' sums, ~1e-7 relative per step,
+// which AdamW carries forward. Measured: at most a few 1e-7 for DDP/FSDP, ~3e-6 for TP (row-wise
+// partial products, the vocab-parallel log-sum-exp). The bounds, 1e-4 on the loss and 1e-3 on the
+// grad norm, leave orders of margin for other thread counts, yet a
+// shard reduced twice, a missing padding mask or a loss divided by N twice moves these by tens
+// of percent. Also checks that the run learned (last loss < half the first).
+void expect_parity(const std::string& what, int nproc, const std::vector<std::string>& layout_args,
+                   const std::vector<std::string>& single_args = {"--training.local_batch_size", "4"});
+
+}  // namespace ctitan::testing
