@@ -24,21 +24,6 @@ import scaling_lib as lib
 MIB = 2 ** 20
 
 
-def measure(ctitan, tmp, data, name, nproc, args, dtype, seq_len, steps):
-    folder = os.path.join(tmp, name.replace(" ", "_").replace("(", "").replace(")", "").replace("=", "_"))
-    cmd = ([ctitan] if nproc == 1 else lib.launch(ctitan, nproc)) + [
-        "train", "--model.flavor", "debugmodel", "--training.dataset_path", data, "--training.seq_len", str(seq_len),
-        "--training.steps", str(steps), "--training.mixed_precision_param", dtype, "--metrics.log_freq", "1",
-        "--metrics.peak_flops", "1e12", "--lr_scheduler.warmup_steps", "2", "--job.dump_folder", folder] + args
-    _, _, rss = lib.run_measured("fsdp_memory", cmd, lib.single_env(2) if nproc == 1 else lib.ranks_env())
-    rows = lib.training_rows(os.path.join(folder, "metrics.jsonl"), skip_first=1)
-    last = rows[-1]
-    state = last["memory_params_bytes"] + last["memory_grads_bytes"] + last["memory_optimizer_bytes"]
-    return {"name": name, "params": last["memory_params_bytes"], "grads": last["memory_grads_bytes"],
-            "optimizer": last["memory_optimizer_bytes"], "state": state,
-            "peak": max(r["memory_peak_bytes"] for r in rows), "comm": last["comm_bytes_per_step"], "rss": rss}
-
-
 def measure_pytorch(python, name, nproc, worker_args, dtype, seq_len, steps):
     common = ["--flavor", "debugmodel", "--seq-len", str(seq_len), "--dtype", dtype, "--steps", str(steps),
               "--skip", "1"]
@@ -96,7 +81,8 @@ def main():
             data = os.path.join(tmp, "random.bin")
             lib.write_random_tokens(data, (args.steps + 2) * gb * (args.seq_len + 1))
             for name, nproc, a, _ in layouts:
-                ours[name] = measure(args.ctitan, tmp, data, name, nproc, a, args.dtype, args.seq_len, args.steps)
+                ours[name] = lib.memory_row("fsdp_memory", args.ctitan, tmp, data, name, nproc, a,
+                                            args.dtype, args.seq_len, args.steps)
     theirs = {name: measure_pytorch(args.python, name, nproc, w, args.dtype, args.seq_len, args.steps)
               for name, nproc, _, w in layouts}
 

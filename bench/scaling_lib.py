@@ -1,4 +1,4 @@
-"""Shared pieces of the data-parallel benchmarks: random token data, running ctitan and the
+"""Shared pieces of the parallelism benchmarks: random token data, running ctitan and the
 PyTorch 2.x baseline (bench/torch_dp_worker.py, under torchrun), and reading their results.
 Each benchmark measures its baselines in the same run, on the same model, batch and seq_len."""
 import json
@@ -67,9 +67,45 @@ def launch(ctitan, nproc):
     return [ctitan, "run", "--nproc-per-node", str(nproc), "--master-port", "0"]
 
 
-def degrees(replicate, shard):
+def degrees(replicate, shard, tp=1):
+    """The mesh [dp_replicate, dp_shard, tp]; tp is innermost, so world = replicate * shard * tp."""
+    tp_args = ["--parallelism.tensor_parallel_degree", str(tp)] if tp > 1 else []
     return ["--parallelism.data_parallel_replicate_degree", str(replicate),
-            "--parallelism.data_parallel_shard_degree", str(shard)]
+            "--parallelism.data_parallel_shard_degree", str(shard)] + tp_args
+
+
+def collective_share(row):
+    """Share of the step this rank spent blocked in the mesh's collectives, every group's (dp and
+    tp): metrics.jsonl gives bytes per step and bytes per blocked second over the same window.
+    comm_exposed_ratio counts only what the trainer times around data-parallel syncs; TP's
+    collectives block inside forward and backward, so for TP this is the exposed share."""
+    gbps, step_s = row.get("comm_bandwidth_gbps"), row.get("time_step_s")
+    if not gbps or not step_s:
+        return 0.0
+    return row["comm_bytes_per_step"] / (gbps * 1e9) / step_s
+
+
+# --- the memory benchmarks (fsdp_memory.py, tp_memory.py) ---------------------------------------
+
+def memory_row(bench, ctitan, tmp, data, name, nproc, args, dtype, seq_len, steps):
+    """Trains the debug model (its shape changed by --model.* in `args`) for `steps` steps, one
+    process x 2 threads or nproc ranks x 1 thread, and returns rank 0's figures: parameter,
+    gradient and optimizer bytes after the last step, their sum ("state"), the peak live bytes
+    over steps 2.., collective payload bytes per step, the mean step time over steps 2..,
+    and the peak RSS of the largest process (see run_measured)."""
+    folder = os.path.join(tmp, "".join(c if c.isalnum() else "_" for c in name))
+    cmd = ([ctitan] if nproc == 1 else launch(ctitan, nproc)) + [
+        "train", "--model.flavor", "debugmodel", "--training.dataset_path", data, "--training.seq_len", str(seq_len),
+        "--training.steps", str(steps), "--training.mixed_precision_param", dtype, "--metrics.log_freq", "1",
+        "--metrics.peak_flops", "1e12", "--lr_scheduler.warmup_steps", "2", "--job.dump_folder", folder] + args
+    _, _, rss = run_measured(bench, cmd, single_env(2) if nproc == 1 else ranks_env())
+    rows = training_rows(os.path.join(folder, "metrics.jsonl"), skip_first=1)
+    last = rows[-1]
+    state = last["memory_params_bytes"] + last["memory_grads_bytes"] + last["memory_optimizer_bytes"]
+    return {"name": name, "params": last["memory_params_bytes"], "grads": last["memory_grads_bytes"],
+            "optimizer": last["memory_optimizer_bytes"], "state": state,
+            "peak": max(r["memory_peak_bytes"] for r in rows), "comm": last["comm_bytes_per_step"],
+            "step_s": sum(r["time_step_s"] for r in rows) / len(rows), "rss": rss}
 
 
 # --- the PyTorch 2.x baseline -------------------------------------------------------------------
@@ -119,11 +155,13 @@ def run_pytorch(name, python, nproc, threads, worker_args):
     return result
 
 
-# --- the scaling benchmarks (ddp_scaling.py, fsdp_scaling.py) -----------------------------------
+# --- the scaling benchmarks (ddp_scaling.py, fsdp_scaling.py, tp_scaling.py) --------------------
 
-def scaling(name, ctitan, tmp, parallel_args, steps, global_batch, seq_len, dtype):
+def scaling(name, ctitan, tmp, parallel_args, steps, global_batch, seq_len, dtype, parallel_local_batch=None):
     """ctitan's tokens/s of 1 process x 2 threads and of 2 ranks x 1 thread with `parallel_args`, at
-    the same global batch. Returns (single_tps, parallel_tps, parallel_last_row)."""
+    the same global batch. Each rank trains global_batch / 2 sequences (data parallelism) unless
+    parallel_local_batch says otherwise (TP: both ranks of a tp group train the same global_batch).
+    Returns (single_tps, parallel_tps, parallel_last_row)."""
     data = os.path.join(tmp, "random.bin")
     write_random_tokens(data, (steps + 2) * global_batch * (seq_len + 1))
     common = ["train", "--model.flavor", "debugmodel", "--training.dataset_path", data,
@@ -137,10 +175,12 @@ def scaling(name, ctitan, tmp, parallel_args, steps, global_batch, seq_len, dtyp
     single_tps = sum(r["tps"] for r in rows) / len(rows)
 
     parallel_dir = os.path.join(tmp, "parallel")
+    local_batch = global_batch // 2 if parallel_local_batch is None else parallel_local_batch
     run(name, launch(ctitan, 2) + common + ["--job.dump_folder", parallel_dir, "--training.local_batch_size",
-                                            str(global_batch // 2)] + parallel_args, ranks_env())
+                                            str(local_batch)] + parallel_args, ranks_env())
     rows = training_rows(os.path.join(parallel_dir, "metrics.jsonl"), 5)
-    # metrics.jsonl reports rank 0's tokens/s; both ranks run equal shares.
+    # metrics.jsonl reports rank 0's tokens/s; both ranks run equal shares (under TP it is already
+    # per device: the tp group's tokens divided by tp).
     parallel_tps = 2 * sum(r["tps"] for r in rows) / len(rows)
     return single_tps, parallel_tps, rows[-1]
 

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Per-rank memory of tensor parallelism, alone and with FSDP, under each activation-checkpointing
+mode. Every row trains on the same global batch; rank 0's figures are shown (ranks hold equal
+shares up to the replicated norms and FSDP's padding). Two models: the debug model at its usual
+size, and the same model on longer, more sequences, so that activations dominate the peak.
+
+Layouts (a TP group's ranks all train the same sequences, so TP(2) keeps the local batch):
+  1 process       1 process x 2 threads, local batch B
+  TP(2)           2 ranks x 1 thread, tensor_parallel_degree 2, local batch B
+  FSDP(2)         2 ranks x 1 thread, data_parallel_shard_degree 2, local batch B/2
+  FSDP(2)xTP(2)   4 ranks x 1 thread (2 per core), mesh [1, 2, 2], local batch B/2
+each with activation_checkpoint.mode none, selective (every 2nd block) and full.
+
+From ctitan's metrics.jsonl (bench/scaling_lib.py memory_row): parameter, gradient and optimizer
+bytes from the tensors' storage; peak live bytes from the counting CPU allocator; payload bytes of
+every collective per step (dp and tp groups). "act" estimates the activations' part of the peak
+as peak minus model state: it also holds whatever else is live at the peak (FSDP's gathered
+block, TP's gathered sequence, gradients not yet written).
+
+Targets: TP(2) model state <= 0.55x 1 process's; AC full cuts each layout's activation part of
+the peak by >= 60% against AC none. A missed target prints FAIL; the script still exits 0.
+Usage: bench/tp_memory.py [--ctitan build/bin/ctitan] [--dtype float32|bfloat16] [--steps 4]
+                          [--seq-len 256 --global-batch 4] [--large-seq-len 512 --large-global-batch 8]
+"""
+import argparse
+import os
+import sys
+import tempfile
+
+import scaling_lib as lib
+
+MIB = 2 ** 20
+STATE_TARGET = 0.55  # TP(2) model state / 1 process: half, plus the replicated norms
+AC_CUT_TARGET = 0.60  # AC full removes at least this share of AC none's activation part
+
+AC_MODES = [("none", ["--activation_checkpoint.mode", "none"]),
+            ("selective", ["--activation_checkpoint.mode", "selective",
+                           "--activation_checkpoint.selective_ac_option", "2"]),
+            ("full", ["--activation_checkpoint.mode", "full"])]
+
+
+def layouts(global_batch):
+    """(name, nproc, ctitan arguments): the same global batch in every layout."""
+    def batch(n):
+        return ["--training.local_batch_size", str(n)]
+    return [("1 process", 1, batch(global_batch)),
+            ("TP(2)", 2, lib.degrees(1, 1, tp=2) + batch(global_batch)),
+            ("FSDP(2)", 2, lib.degrees(1, 2) + batch(global_batch // 2)),
+            ("FSDP(2)xTP(2)", 4, lib.degrees(1, 2, tp=2) + batch(global_batch // 2))]
+
+
+def verdict(ok):
+    return "PASS" if ok else "FAIL"
+
+
+def measure_model(ctitan, tmp, title, seq_len, global_batch, dtype, steps):
+    """Every layout under every AC mode. Returns {(layout, mode): memory_row}."""
+    data = os.path.join(tmp, f"random_{seq_len}_{global_batch}.bin")
+    lib.write_random_tokens(data, (steps + 2) * global_batch * (seq_len + 1))
+    rows = {}
+    for name, nproc, args in layouts(global_batch):
+        for mode, ac_args in AC_MODES:
+            r = lib.memory_row("tp_memory", ctitan, tmp, data, f"{title} {name} {mode}", nproc, args + ac_args,
+                               dtype, seq_len, steps)
+            rows[(name, mode)] = r
+            print(f"tp_memory: {title}, {name}, AC {mode}: {r['step_s']:.2f} s/step", file=sys.stderr, flush=True)
+    return rows
+
+
+def report(title, rows, seq_len, global_batch, dtype, steps):
+    """Prints one model's table and its targets. Returns the verdicts, as booleans."""
+    print(f"{title}: seq {seq_len}, global batch {global_batch}, {dtype}, {steps} steps (peak over steps 2..); "
+          f"MiB per rank (rank 0)")
+    print(f"  {'layout':14s} {'AC':9s} {'params':>7s} {'grads':>7s} {'optim':>7s} {'state':>7s} {'peak':>8s} "
+          f"{'act':>8s} {'act %':>6s} {'comm/step':>10s} {'s/step':>7s}")
+    for (name, mode), r in rows.items():
+        act = r["peak"] - r["state"]
+        print(f"  {name:14s} {mode:9s} {r['params'] / MIB:7.1f} {r['grads'] / MIB:7.1f} "
+              f"{r['optimizer'] / MIB:7.1f} {r['state'] / MIB:7.1f} {r['peak'] / MIB:8.1f} {act / MIB:8.1f} "
+              f"{100 * act / r['peak']:5.0f}% {r['comm'] / MIB:10.1f} {r['step_s']:7.2f}")
+
+    verdicts = []
+    state = rows[("TP(2)", "none")]["state"] / rows[("1 process", "none")]["state"]
+    verdicts.append(state <= STATE_TARGET)
+    print(f"  TP(2) / 1 process model state: {state:.3f} (target <= {STATE_TARGET:.2f}) {verdict(verdicts[-1])}")
+    print(f"  AC full / AC none, activation part of the peak (target: cut by >= {100 * AC_CUT_TARGET:.0f}%):")
+    for name, _, _ in layouts(global_batch):
+        none_act = rows[(name, "none")]["peak"] - rows[(name, "none")]["state"]
+        full_act = rows[(name, "full")]["peak"] - rows[(name, "full")]["state"]
+        cut = 1 - full_act / none_act
+        verdicts.append(cut >= AC_CUT_TARGET)
+        print(f"    {name:14s} {full_act / MIB:8.1f} / {none_act / MIB:8.1f} MiB = {full_act / none_act:.3f} "
+              f"(cut {100 * cut:.1f}%) {verdict(verdicts[-1])}")
+    return verdicts
+
+
+def main():
+    parser = argparse.ArgumentParser(description="TP, FSDP and FSDP x TP per-rank memory under each AC mode")
+    parser.add_argument("--ctitan", default="build/bin/ctitan")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--seq-len", type=int, default=256, help="the debug model's row")
+    parser.add_argument("--global-batch", type=int, default=4, help="the debug model's row")
+    parser.add_argument("--large-seq-len", type=int, default=512, help="the activation-dominated row")
+    parser.add_argument("--large-global-batch", type=int, default=8, help="the activation-dominated row")
+    args = parser.parse_args()
+    if args.steps < 2:
+        parser.error("--steps must be >= 2 (step 1 is left out)")
+    for flag, gb in [("--global-batch", args.global_batch), ("--large-global-batch", args.large_global_batch)]:
+        if gb % 2:
+            parser.error(f"{flag} must be even (FSDP(2) trains half of it per rank)")
+    for flag, seq in [("--seq-len", args.seq_len), ("--large-seq-len", args.large_seq_len)]:
+        if seq % 2:
+            parser.error(f"{flag} must be even (sequence parallel splits it over TP(2))")
+    lib.check_ctitan("tp_memory", args.ctitan)
+
+    models = [("debugmodel", args.seq_len, args.global_batch),
+              ("debugmodel, activations dominate", args.large_seq_len, args.large_global_batch)]
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for title, seq_len, gb in models:
+            results.append(measure_model(args.ctitan, tmp, title, seq_len, gb, args.dtype, args.steps))
+
+    verdicts = []
+    for (title, seq_len, gb), rows in zip(models, results):
+        verdicts += report(title, rows, seq_len, gb, args.dtype, args.steps)
+    print(f"tp_memory: {sum(verdicts)} of {len(verdicts)} targets met")
+
+
+if __name__ == "__main__":
+    main()
