@@ -125,15 +125,17 @@ void expect_reshard_resume(const Args& save_layout, const Args& load_layout) {
 TEST(CliCheckpoint, OneProcessResumesAsDdp) { expect_reshard_resume({}, {"--parallelism.bucket_cap_mb", "25"}); }
 TEST(CliCheckpoint, DdpResumesAsOneProcess) { expect_reshard_resume({"--parallelism.bucket_cap_mb", "25"}, {}); }
 
-// Rank 1 is SIGKILLed after step 13 of round 0; the launcher restarts both ranks, which resume
-// from step-10 and finish. Steps 11-20 of the restarted round equal an uninterrupted run's bitwise.
-TEST(CliCheckpoint, KillAndRestartThroughTheLauncherMatchesAnUninterruptedRun) {
+// Rank `rank` is SIGKILLed after step 13 of round 0; the launcher restarts both ranks, which
+// resume from step-10 and finish. Steps 11-20 of the restarted round equal an uninterrupted run's
+// bitwise, and metrics.jsonl holds every step once (rank 0 writes it: killing rank 0 must not
+// lose the rows up to the checkpoint, which are on disk before the checkpoint commits).
+void expect_kill_and_restart_matches_an_uninterrupted_run(const std::string& rank) {
   testing::TempDir reference, faulty;
   auto r = train_ddp(reference.path(), {});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   testing::RunResult f;
   {
-    ScopedEnv env({{"CTITAN_FAULT_KILL_AT_STEP", "13"}, {"CTITAN_FAULT_RANK", "1"}});
+    ScopedEnv env({{"CTITAN_FAULT_KILL_AT_STEP", "13"}, {"CTITAN_FAULT_RANK", rank}});
     f = train_ddp(faulty.path(), {}, {"--max-restarts", "1"});
   }
   ASSERT_EQ(f.exit_code, 0) << f.output;
@@ -150,6 +152,12 @@ TEST(CliCheckpoint, KillAndRestartThroughTheLauncherMatchesAnUninterruptedRun) {
   EXPECT_EQ(rows_per_step.size(), 20u);
   for (const auto& [step, n] : rows_per_step) EXPECT_EQ(n, 1) << "rows for step " << step;
 }
+
+TEST(CliCheckpoint, KillAndRestartThroughTheLauncherMatchesAnUninterruptedRun) {
+  expect_kill_and_restart_matches_an_uninterrupted_run("1");
+}
+
+TEST(CliCheckpoint, KillOfRankZeroKeepsEveryMetricsRow) { expect_kill_and_restart_matches_an_uninterrupted_run("0"); }
 
 // SIGTERM on rank 1 only, after step 7: both ranks agree to stop after step 7, save it, exit 0.
 // Resuming from that emergency checkpoint finishes with the uninterrupted run's losses.

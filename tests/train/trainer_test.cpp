@@ -96,5 +96,30 @@ TEST(Trainer, StateDictsResumeBitwise) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(b.train_step({b.dataloader().next()}).loss.item<double>(), expected[size_t(i)]);
 }
 
+// A learning rate of 1e30 makes step 1's update huge and step 2's attention overflow: the
+// gradient norm is not finite. The run stops with an error naming the step before the optimizer
+// applies that update, so the parameters stay finite (and a checkpoint never holds NaNs).
+TEST(Trainer, NonFiniteGradientNormStopsBeforeTheUpdate) {
+  TempDir dir;
+  auto config = ctitan::testing::tiny_job_config(dir.path());
+  config.optimizer.lr = 1e30;
+  config.lr_scheduler.warmup_steps = 0;
+  config.training.steps = 5;
+  Trainer trainer(config);
+  try {
+    trainer.train();
+    FAIL() << "training with lr 1e30 finished";
+  } catch (const std::runtime_error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("the gradient norm is"), std::string::npos) << what;
+    EXPECT_NE(what.find("stopped before the optimizer update"), std::string::npos) << what;
+    EXPECT_EQ(what.rfind("step ", 0), 0u) << what;
+  }
+  EXPECT_LT(trainer.step(), 5);
+  for (const auto& p : trainer.model().named_parameters()) {
+    EXPECT_TRUE(torch::isfinite(p.value()).all().item<bool>()) << p.key();
+  }
+}
+
 }  // namespace
 }  // namespace ctitan::train

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -210,6 +212,8 @@ JobConfig parse_job_config(const std::string& toml_text, const std::string& orig
 
 JobConfig load_job_config(const std::string& toml_path, const std::vector<std::string>& overrides) {
   if (toml_path.empty()) return parse_job_config("", "<defaults>", overrides);
+  // A directory opens as an empty stream on Linux, which would parse as "no keys set".
+  if (std::filesystem::is_directory(toml_path)) throw ConfigError(fmt::format("config file {} is a directory", toml_path));
   std::ifstream in(toml_path);
   if (!in) throw ConfigError(fmt::format("cannot read config file {}", toml_path));
   std::stringstream text;
@@ -218,6 +222,13 @@ JobConfig load_job_config(const std::string& toml_path, const std::vector<std::s
 }
 
 void validate(const JobConfig& c) {
+  // inf and nan parse as TOML floats and as overrides; no key means anything by them.
+  JobConfig copy = c;
+  for (const auto& f : config_fields(copy)) {
+    if (auto* value = std::get_if<double*>(&f.target)) {
+      require(std::isfinite(**value), fmt::format("{} must be a finite number (got {})", f.dotted(), **value));
+    }
+  }
   const auto& t = c.training;
   require(c.model.name == "llama3", fmt::format("model.name must be llama3 (got '{}')", c.model.name));
   require(c.model.rope_theta >= 0, fmt::format("model.rope_theta must be > 0, or 0 for the flavor's (got {})",

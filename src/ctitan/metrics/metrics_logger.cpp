@@ -135,6 +135,15 @@ void MetricsLogger::log(const StepMetrics& m) {
   }
   row["comm_bandwidth_gbps"] = pct(m.comm_bandwidth_gbps);
   jsonl_ << row.dump() << '\n';
+  check_jsonl();
+}
+
+void MetricsLogger::check_jsonl() {
+  // A full disk fails the stream's buffered write or its flush, not the open: without this check
+  // a run "succeeds" with an empty metrics.jsonl. errno still holds the failed write(2)'s reason.
+  if (jsonl_.is_open() && !jsonl_) {
+    throw IoError(fmt::format("writing metrics file {} failed: {}", jsonl_path_, std::strerror(errno)));
+  }
 }
 
 void MetricsLogger::log_validation(int64_t step, double loss, int64_t tokens) {
@@ -179,6 +188,7 @@ void MetricsLogger::sync() {
 
 void MetricsLogger::flush() {
   if (jsonl_.is_open()) jsonl_.flush();
+  check_jsonl();
   if (tensorboard_) tensorboard_->flush();
   spdlog::default_logger()->flush();
 }

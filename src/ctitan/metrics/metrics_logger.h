@@ -63,6 +63,8 @@ class MetricsLogger {
   void sync();
 
  private:
+  // Throws IoError naming metrics.jsonl if a write to it failed.
+  void check_jsonl();
   std::string jsonl_path_;
   std::ofstream jsonl_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;

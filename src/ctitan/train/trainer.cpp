@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 
@@ -101,7 +102,11 @@ Trainer::Trainer(config::JobConfig config)
   }
   metrics_ = std::make_unique<metrics::MetricsProcessor>(std::move(metrics));
   // Metrics rows and TensorBoard points of the steps a checkpoint covers are on disk before it commits.
-  checkpointer_->set_before_save([this] { metrics_->sync(); });
+  checkpointer_->set_before_save([this] {
+    check_no_non_finite_step();  // a device step that went non-finite is never checkpointed
+    metrics_->sync();
+  });
+  first_non_finite_step_ = torch::zeros({}, torch::TensorOptions(torch::kLong).device(device_));
   housekeeper_ = std::make_unique<Housekeeper>(
       HousekeepingOptions{t.housekeeping_freq, config_.debug.check_leaks, 0}, [this] { metrics_->flush(); });
 
@@ -185,6 +190,34 @@ std::vector<std::pair<std::string, torch::Tensor>> Trainer::trained_parameters()
   return named;
 }
 
+void Trainer::stop_if_not_finite(const torch::Tensor& grad_norm) {
+  // The norm is all-reduced over the mesh, so every rank sees the same value and stops at the
+  // same step. A non-finite loss makes it non-finite too.
+  if (grad_norm.is_cpu()) {
+    // On the host already (clipping read it): checked every step, before the update, so a
+    // non-finite update never reaches the parameters or any checkpoint.
+    float norm = grad_norm.item<float>();
+    if (!std::isfinite(norm)) {
+      throw std::runtime_error(fmt::format("step {}: the gradient norm is {} (a non-finite loss or gradient): training "
+                                           "stopped before the optimizer update; lower optimizer.lr or "
+                                           "training.max_norm, or check the data", step_ + 1, norm));
+    }
+    return;
+  }
+  // A device norm is not read here (no host sync per step): the first non-finite step is kept
+  // as a device tensor and checked at log steps and before every checkpoint save.
+  auto bad = ~torch::isfinite(grad_norm) & (first_non_finite_step_ == 0);
+  first_non_finite_step_ = torch::where(bad, torch::full_like(first_non_finite_step_, step_ + 1), first_non_finite_step_);
+}
+
+void Trainer::check_no_non_finite_step() const {
+  if (!first_non_finite_step_.defined() || first_non_finite_step_.is_cpu()) return;
+  if (int64_t step = first_non_finite_step_.item<int64_t>()) {
+    throw std::runtime_error(fmt::format("step {}: the gradient norm was not finite (a non-finite loss or gradient); "
+                                         "training stopped, nothing after it was saved", step));
+  }
+}
+
 torch::Tensor Trainer::summed_loss(const torch::Tensor& logits, const torch::Tensor& labels) const {
   if (tensor_parallel_ && tensor_parallel_->loss_parallel()) {
     return tensor_parallel_->vocab_parallel_cross_entropy_sum(logits, labels, kIgnoreIndex);  // logits (B, T, V/tp)
@@ -225,6 +258,9 @@ StepResult Trainer::train_step(const std::vector<data::Batch>& microbatches) {
   // The norms' gradients came from this rank's sequence shard only: summed over tp they are whole.
   if (tensor_parallel_) tensor_parallel_->reduce_replicated_gradients(trained_parameters());
   auto grad_norm = clip_grad_norm(optimizer_->params(), config_.training.max_norm, grad_norm_groups());
+  stop_if_not_finite(grad_norm);
+  // TP's collectives block inside forward and backward (and the norms' sum and the grad norm).
+  if (tensor_parallel_) metrics_->add_comm_seconds(tensor_parallel_->take_exposed_comm_seconds());
   in_optimizer_update_ = true;
   optimizer_->step(lr_scheduler_->current_lr());
   lr_scheduler_->step();
@@ -305,6 +341,7 @@ void Trainer::train_steps() {
 
     const bool last = step_ == t.steps;
     if (step_ % config_.metrics.log_freq == 0 || last) {
+      check_no_non_finite_step();
       metrics_->log(step_, result.loss, result.rank_loss, result.grad_norm, config_.optimizer.lr * lr_scheduler_->factor(step_ - 1),
                     {optimizer_->params(), optimizer_->state_dict()});
     }

@@ -72,6 +72,10 @@ class Trainer {
   void train_steps();  // the step loop of train(), which adds the emergency checkpoint on exceptions
   std::vector<data::Batch> next_global_batch();
   void setup_parallelism();
+  // Throws, naming the step, when the gradient norm is not finite: before the update for CPU
+  // norms; device norms are recorded and thrown by check_no_non_finite_step() (log steps, saves).
+  void stop_if_not_finite(const torch::Tensor& grad_norm);
+  void check_no_non_finite_step() const;
   // Summed cross-entropy of the model's logits: over vocab-sharded logits under loss parallel.
   torch::Tensor summed_loss(const torch::Tensor& logits, const torch::Tensor& labels) const;
   // The gradient-norm groups for clipping: the FSDP shard group, and TP's group and replicated
@@ -104,7 +108,8 @@ class Trainer {
   std::unique_ptr<metrics::MetricsProcessor> metrics_;
   std::unique_ptr<Housekeeper> housekeeper_;
   std::unique_ptr<checkpoint::CheckpointManager> checkpointer_;
-  bool in_optimizer_update_ = false;  // an exception here leaves parameters partly updated
+  bool in_optimizer_update_ = false;
+  torch::Tensor first_non_finite_step_;  // 0-d int64 on the device: 0, or the first step whose norm was not finite  // an exception here leaves parameters partly updated
   int64_t grad_accum_steps_ = 1;
 
   // Train state.

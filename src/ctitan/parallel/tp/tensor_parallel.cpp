@@ -116,6 +116,14 @@ void TensorParallel::reduce_replicated_gradients(const std::vector<std::pair<std
   }
 }
 
+double TensorParallel::take_exposed_comm_seconds() {
+  double total = 0;
+  for (const auto& [op, stats] : group_->stats()) total += stats.seconds;
+  double taken = total - reported_comm_seconds_;
+  reported_comm_seconds_ = total;
+  return taken;
+}
+
 torch::Tensor TensorParallel::vocab_parallel_cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& labels,
                                                                int64_t ignore_index) const {
   return tp::vocab_parallel_cross_entropy_sum(logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}),

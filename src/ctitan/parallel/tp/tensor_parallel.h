@@ -60,6 +60,10 @@ class TensorParallel {
   // optimizer steps on, whole or FSDP shards) over the tp group, in one all-reduce.
   void reduce_replicated_gradients(const std::vector<std::pair<std::string, torch::Tensor>>& params) const;
 
+  // Seconds the training thread was blocked in tp collectives since the last call. Every TP
+  // collective is synchronous, so all of it is exposed communication.
+  double take_exposed_comm_seconds();
+
   // Loss parallel: logits (B, T, V_r) this rank's vocabulary columns, labels (B, T) -> the
   // summed cross-entropy over the whole vocabulary (vocab_parallel_loss.h).
   torch::Tensor vocab_parallel_cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& labels,
@@ -72,6 +76,7 @@ class TensorParallel {
   std::shared_ptr<distributed::Communicator> group_;
   bool loss_parallel_;
   ShardRange vocab_;  // this rank's rows of tok_embeddings and output
+  double reported_comm_seconds_ = 0;  // the tp group's blocked seconds already taken
   ShardLayouts layouts_;
   std::set<std::string> replicated_;
 };
