@@ -2,7 +2,7 @@
 BUILD_DIR ?= build
 JOBS ?= 2
 
-.PHONY: deps build demo test test-all bench clean
+.PHONY: deps build demo test test-all bench fuzz clean
 
 # Debian packages, then the venv with the pinned torch (libtorch) and Python reference libraries.
 deps:
@@ -42,6 +42,18 @@ bench: build
 	python3 bench/data_prepare.py --ctitan $(BUILD_DIR)/bin/ctitan --tokenizer $(BUILD_DIR)/assets/fortunes_2k.model
 	for n in 2 4; do OMP_NUM_THREADS=1 $(BUILD_DIR)/bin/ctitan run --nproc-per-node $$n --master-port 0 \
 	  --local-ranks-filter 0 --exec $(BUILD_DIR)/bin/collectives || exit 1; done
+
+# libFuzzer targets for the parsers of untrusted input (docs/RELIABILITY.md): a separate clang
+# build in build-fuzz/, FUZZ_SECONDS per target, one target at a time. Not part of `make test`
+# nor of CI: it is a step of its own, run by hand before a release or after touching a parser.
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD_DIR ?= build-fuzz
+fuzz: deps
+	@command -v clang++ > /dev/null || { echo "fuzz: needs clang with libFuzzer: apt-get install -y clang libclang-rt-dev" >&2; exit 1; }
+	@CC=clang CXX=clang++ cmake -S fuzz -B $(FUZZ_BUILD_DIR) -DCTITAN_PYTHON=$$(scripts/setup_venv.sh)/bin/python \
+	  $(if $(CMAKE_PREFIX_PATH),-DCMAKE_PREFIX_PATH=$(CMAKE_PREFIX_PATH)) > /dev/null
+	@cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS)
+	FUZZ_BUILD_DIR=$(abspath $(FUZZ_BUILD_DIR)) fuzz/run_all.sh $(FUZZ_SECONDS)
 
 clean:
 	rm -rf $(BUILD_DIR)

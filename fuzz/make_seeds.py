@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Writes the small seed corpora of the fuzz targets into fuzz/corpus/<name>/ (all generated
+here: no third-party text). Needs the `ctitan` binary for the tokenizer seeds.
+Usage: fuzz/make_seeds.py path/to/ctitan"""
+import base64, json, os, random, struct, subprocess, sys, tempfile
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+CTITAN = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "..", "build", "bin", "ctitan")
+rng = random.Random(17)
+
+
+def put(target, name, data):
+    d = os.path.join(ROOT, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+WORDS = "the cat sat on a mat and ran to see how many tokens fit in one small line of text".split()
+text = "\n".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) for _ in range(400))
+
+# Tokenizers: a 300-token BPE trained on the generated text, as a rank file and as tokenizer.json.
+with tempfile.TemporaryDirectory() as tmp:
+    with open(os.path.join(tmp, "words.txt"), "w") as f:
+        f.write(text)
+    model = os.path.join(tmp, "tok.model")
+    subprocess.run([CTITAN, "tokenizer", "train", "--input", os.path.join(tmp, "words.txt"), "--vocab-size", "300",
+                    "--output", model], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([CTITAN, "tokenizer", "convert", "--tokenizer", model, "--output-dir", os.path.join(tmp, "hf")],
+                   check=True, stdout=subprocess.DEVNULL)
+    put("tiktoken", "trained_300.model", open(model, "rb").read())
+    put("hf_tokenizer_json", "trained_300.json", open(os.path.join(tmp, "hf", "tokenizer.json"), "rb").read())
+# The smallest valid rank file: the 256 bytes, in a shuffled order with a blank line.
+lines = [f"{base64.b64encode(bytes([b])).decode()} {b}" for b in range(256)]
+rng.shuffle(lines)
+lines.insert(10, "")
+put("tiktoken", "bytes_only.model", "\n".join(lines) + "\n")
+
+# Checkpoint metadata.json, as checkpoint/metadata.cpp writes it (new and pre-TP entries).
+entry = {"part": "model", "key": "tok_embeddings.weight", "rank": -1, "dtype": "float32",
+         "global_shape": [8, 4], "shape": [4, 4], "offsets": [4, 0], "file": "rank-00001.bin",
+         "offset": 0, "nbytes": 64, "crc32": 305419896}
+old = dict(entry, key="norm.weight", global_shape=[4], shape=[4], file="rank-00000.bin", nbytes=16, dtype="bfloat16")
+del old["offsets"]
+old["row_offset"] = 0
+meta = {"format": "ctitan-checkpoint", "version": 1, "step": 10, "model_only": False, "world_size": 2,
+        "dp_degree": 2, "dp_rank_of": [0, 1], "config_hash": "0123456789abcdef",
+        "config": "[job]\ndump_folder = \"x\"\n", "entries": [entry, old]}
+put("checkpoint_metadata", "two_entries.json", json.dumps(meta, indent=1))
+put("checkpoint_metadata", "no_entries.json", json.dumps(dict(meta, entries=[], model_only=True)))
+
+# Token files: header "CTTOKS01", vocab size, reserved, then uint32 ids.
+for name, ids in (("empty.bin", []), ("ten.bin", list(range(10))), ("big_ids.bin", [0, 299, 2**31, 2**32 - 1])):
+    put("token_file", name, b"CTTOKS01" + struct.pack("<II", 300, 0) + struct.pack(f"<{len(ids)}I", *ids))
+
+# metrics.jsonl: first byte is the resumed step, then rows as MetricsLogger writes them.
+rows = "".join(json.dumps({"step": s, "loss": 5.0 - s / 10, "grad_norm": 1.5, "lr": 8e-4, "tps": 1234.5}) + "\n"
+               for s in range(1, 11))
+put("metrics_jsonl", "resume_at_5.jsonl", bytes([5]) + rows.encode())
+put("metrics_jsonl", "torn_last_row.jsonl", bytes([20]) + rows.encode() + b'{"step": 11, "lo')
+
+# Dataset documents: JSONL (with escapes and unicode) and strfile text.
+docs = [{"text": " ".join(rng.choice(WORDS) for _ in range(8))} for _ in range(5)]
+docs.append({"text": "tab\tquote\" \u00e9t\u00e9 \u4e2d", "id": 3})
+put("jsonl_documents", "docs.jsonl", "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs))
+put("jsonl_documents", "strfile.txt", "one saying\n%\nanother saying\nover two lines\n%\n")
+
+# Configs: TOML, NUL, override words separated by NUL.
+toml = """[job]
+dump_folder = "./outputs/fuzz"
+[model]
+name = "llama3"
+flavor = "debugmodel"
+tokenizer_path = "./tok.model"
+[optimizer]
+lr = 8e-4
+[training]
+local_batch_size = 4
+seq_len = 256
+steps = 100
+dataset = "text"
+dataset_path = "./data"
+[metrics]
+log_freq = 10
+"""
+put("config", "plain.toml", toml)
+put("config", "with_overrides.toml", toml + "\x00--training.steps\x00" + "20\x00--optimizer.lr=1e-3\x00--metrics.no_enable_tensorboard")
+put("config", "overrides_only.toml", "\x00--training.seq_len\x00128\x00--parallelism.data_parallel_shard_degree\x00-1")
+
+
+# safetensors: u64 header length, JSON header, data.
+def safetensors(tensors, metadata=None):
+    header, data = {}, b""
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + data
+
+
+put("safetensors", "two_tensors.safetensors",
+    safetensors({"a.weight": ("F32", [2, 2], struct.pack("<4f", 1, 2, 3, 4)),
+                 "b.bias": ("BF16", [3], b"\x80\x3f\x00\x40\x40\x40")}, {"format": "pt"}))
+put("safetensors", "scalar_and_empty.safetensors",
+    safetensors({"s": ("I64", [], struct.pack("<q", 7)), "e": ("F16", [0, 3], b"")}))
