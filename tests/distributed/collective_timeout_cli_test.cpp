@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "support/test_support.h"
+#include "support/tiny_job.h"
 
 namespace ctitan {
 namespace {
@@ -22,6 +23,33 @@ TEST(CliCollectives, SkippedCollectiveIsATimeoutErrorNotAHang) {
   }
   EXPECT_NE(r.output.find("rank 0 skips all_reduce #2 on purpose"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+}
+
+// Issue #17: a rank stalled during a checkpoint save took 331 s to fail under
+// comm.train_timeout_seconds 10, with a stack trace. Rank 1 stops itself (SIGSTOP) at the start
+// of the step-4 save; rank 0 waits for its plan for the train timeout, then fails with one line
+// naming the rank that did not arrive, and the launcher stops the job (the stopped rank too).
+// A hang would hit run_program's 120 s limit and fail the checks.
+TEST(CliCollectives, RankStalledInACheckpointSaveIsNamedWithinTheTimeout) {
+  testing::TempDir dir;
+  setenv("CTITAN_FAULT_STALL_IN_SAVE_AT_STEP", "4", 1);
+  setenv("CTITAN_FAULT_RANK", "1", 1);
+  auto r = testing::run_ctitan(
+      testing::concat(testing::concat({"run", "--nproc-per-node", "2", "--master-port", "0", "train"},
+                                      testing::tiny_job_args(dir.path())),
+                      {"--parallelism.data_parallel_shard_degree", "2", "--training.local_batch_size", "2",
+                       "--training.steps", "8", "--checkpoint.enable", "true", "--checkpoint.interval", "4",
+                       "--comm.train_timeout_seconds", "5"}),
+      120);
+  unsetenv("CTITAN_FAULT_STALL_IN_SAVE_AT_STEP");
+  unsetenv("CTITAN_FAULT_RANK");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1 stops itself (SIGSTOP) in the checkpoint save of step 4"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("[rank0]:ctitan: error: checkpoint exchange #"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("timed out after 5s on rank 0 of 2: rank(s) 1 did not arrive"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("Socket Timeout"), std::string::npos) << r.output;
 }
 
 }  // namespace

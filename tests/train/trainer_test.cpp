@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "ctitan/common/error.h"
 #include "support/test_support.h"
 #include "support/tiny_job.h"
 
@@ -118,6 +119,37 @@ TEST(Trainer, NonFiniteGradientNormStopsBeforeTheUpdate) {
   EXPECT_LT(trainer.step(), 5);
   for (const auto& p : trainer.model().named_parameters()) {
     EXPECT_TRUE(torch::isfinite(p.value()).all().item<bool>()) << p.key();
+  }
+}
+
+// A batch no machine holds (10^8 sequences: the logits alone are 400 GB) is refused before the
+// model is built, with the estimate and the keys to change, not an allocator's out-of-memory.
+TEST(Trainer, AStepThatCannotFitIsRefusedWithTheNumbers) {
+  TempDir dir;
+  auto config = ctitan::testing::tiny_job_config(dir.path());
+  config.training.local_batch_size = 100000000;
+  try {
+    Trainer trainer(config);
+    FAIL() << "a 10^8-sequence batch was accepted";
+  } catch (const ConfigError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("the step needs about"), std::string::npos) << what;
+    EXPECT_NE(what.find("lower training.local_batch_size (100000000)"), std::string::npos) << what;
+  }
+}
+
+// /dev/zero never ends (issue #17: it grew memory to 11 GB): only regular files and directories
+// are datasets.
+TEST(Trainer, ADeviceAsTheDatasetIsRefused) {
+  TempDir dir;
+  auto config = ctitan::testing::tiny_job_config(dir.path());
+  config.training.dataset_path = "/dev/zero";
+  try {
+    Trainer trainer(config);
+    FAIL() << "/dev/zero was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "dataset error: training.dataset_path '/dev/zero' is neither a regular file nor a directory");
   }
 }
 

@@ -1,6 +1,11 @@
 #include "ctitan/checkpoint/coordinator.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <atomic>
+
+#include "ctitan/distributed/comm_error.h"
 
 namespace ctitan::checkpoint {
 namespace {
@@ -23,18 +28,47 @@ class StoreCoordinator : public Coordinator {
     const int64_t call = calls_++;
     auto key = [call](int r) { return fmt::format("checkpoint/{}/{}", call, r); };
     store_->set(key(rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
+    std::vector<std::string> keys;
+    for (int r = 0; r < world_size_; ++r) keys.push_back(key(r));
+    wait_for(keys, call);
     std::vector<std::string> all(static_cast<size_t>(world_size_));
     for (int r = 0; r < world_size_; ++r) {
-      auto bytes = store_->get(key(r));
+      auto bytes = store_->get(keys[size_t(r)]);
       all[size_t(r)].assign(bytes.begin(), bytes.end());
     }
     return all;
+  }
+
+  void set_timeout(std::chrono::milliseconds timeout) override { timeout_ms_ = timeout.count(); }
+
+ private:
+  // Waits for every rank's key; on timeout, names the ranks whose key is still missing.
+  void wait_for(const std::vector<std::string>& keys, int64_t call) {
+    const auto timeout = timeout_ms_ > 0 ? std::chrono::milliseconds(timeout_ms_.load()) : store_->getTimeout();
+    try {
+      store_->wait(keys, timeout);
+      return;
+    } catch (const std::exception&) {
+    }
+    std::vector<int> missing;
+    for (int r = 0; r < world_size_; ++r) {
+      try {
+        if (!store_->check({keys[size_t(r)]})) missing.push_back(r);
+      } catch (const std::exception&) {
+        missing.push_back(r);  // the store itself is gone with rank 0
+      }
+    }
+    throw distributed::CommError(fmt::format(
+        "checkpoint exchange #{} timed out after {}s on rank {} of {}: rank(s) {} did not arrive", call,
+        std::chrono::duration_cast<std::chrono::seconds>(timeout).count(), rank_, world_size_,
+        missing.empty() ? std::string("(none missing at the recheck)") : fmt::format("{}", fmt::join(missing, ", "))));
   }
 
  private:
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_, world_size_;
   int64_t calls_ = 0;
+  std::atomic<int64_t> timeout_ms_{0};  // 0: the store's own; set by the training thread, read by the saver's
 };
 
 }  // namespace

@@ -40,6 +40,14 @@ void uninstall_sigterm_handler() {
 bool sigterm_received() { return g_sigterm != 0; }
 void clear_sigterm() { g_sigterm = 0; }
 
+void inject_fault_in_save(int64_t step, int rank) {
+  if (env_int("TORCHELASTIC_RESTART_COUNT", 0) != 0 || env_int("CTITAN_FAULT_RANK", 0) != rank) return;
+  if (env_int("CTITAN_FAULT_STALL_IN_SAVE_AT_STEP", -1) == step) {
+    spdlog::warn("fault injection: rank {} stops itself (SIGSTOP) in the checkpoint save of step {}", rank, step);
+    std::raise(SIGSTOP);
+  }
+}
+
 void inject_faults_after_step(int64_t step, int rank) {
   if (env_int("TORCHELASTIC_RESTART_COUNT", 0) != 0 || env_int("CTITAN_FAULT_RANK", 0) != rank) return;
   if (env_int("CTITAN_FAULT_KILL_AT_STEP", -1) == step) {

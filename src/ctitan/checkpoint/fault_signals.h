@@ -16,5 +16,9 @@ void clear_sigterm();
 //   CTITAN_FAULT_KILL_AT_STEP=N     raise(SIGKILL): a crash with no chance to save
 //   CTITAN_FAULT_SIGTERM_AT_STEP=N  raise(SIGTERM): as if the scheduler preempted this rank
 void inject_faults_after_step(int64_t step, int rank);
+// The same rules, at the start of the checkpoint save of step `step`, before the ranks exchange
+// their plans:
+//   CTITAN_FAULT_STALL_IN_SAVE_AT_STEP=N  raise(SIGSTOP): a rank that stops answering mid-save
+void inject_fault_in_save(int64_t step, int rank);
 
 }  // namespace ctitan::checkpoint

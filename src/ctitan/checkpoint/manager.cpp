@@ -13,6 +13,7 @@
 #include "ctitan/checkpoint/retention.h"
 #include "ctitan/checkpoint/save_plan.h"
 #include "ctitan/checkpoint/sharded_save.h"
+#include "ctitan/distributed/comm_error.h"
 #include "ctitan/common/error.h"
 #include "ctitan/common/path_text.h"
 #include "ctitan/config/config_manager.h"
@@ -144,8 +145,11 @@ std::string CheckpointManager::save(int64_t step, PartStates state, const PartLa
   }
   SaveRequest request{folder_ / step_dir_name(step), step, model_only, config_toml_, place_.dp_rank, place_.dp_degree};
   std::vector<LocalSlice> to_write;
+  inject_fault_in_save(step, place_.rank);
   try {
     to_write = plan_save(*coordinator_, request, local_slices(state, layouts, place_.rank));
+  } catch (const distributed::CommError&) {
+    throw;  // a rank stopped answering: the job cannot go on (a disk error, by contrast, can)
   } catch (const std::exception& e) {
     last_blocked_seconds_ = seconds_since(start);
     return e.what();
@@ -197,6 +201,8 @@ std::string CheckpointManager::save(int64_t step, PartStates state, const PartLa
   }
   try {
     execute_save(*coordinator_, request, to_write);
+  } catch (const distributed::CommError&) {
+    throw;
   } catch (const std::exception& e) {
     last_blocked_seconds_ = seconds_since(start);
     return e.what();

@@ -71,6 +71,8 @@ class CheckpointManager {
   // Runs on the training thread before every save, e.g. to put the metrics logged so far on disk
   // before the checkpoint that covers their steps commits.
   void set_before_save(std::function<void()> hook) { before_save_ = std::move(hook); }
+  // The timeout of the ranks' plan and result exchanges (comm.train_timeout_seconds after step 1).
+  void set_timeout(std::chrono::milliseconds timeout) { coordinator_->set_timeout(timeout); }
 
   // Saves `state` as step `step` now (collective). Returns "" or the one-line error.
   std::string save(int64_t step, PartStates state, const PartLayouts& layouts, bool model_only);

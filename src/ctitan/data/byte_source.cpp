@@ -131,7 +131,7 @@ std::unique_ptr<ByteSource> open_byte_source(const fs::path& file) {
 }
 
 LineReader::LineReader(const fs::path& file)
-    : source_(open_byte_source(file)), buffer_(new char[kBufferBytes]) {}
+    : file_(file), source_(open_byte_source(file)), buffer_(new char[kBufferBytes]) {}
 
 bool LineReader::next(std::string& line) {
   line.clear();
@@ -146,6 +146,10 @@ bool LineReader::next(std::string& line) {
     }
     line.append(start, end_ - begin_);
     begin_ = end_ = 0;
+    if (line.size() > kMaxLineBytes) {
+      throw InputError(fmt::format("dataset error: {}: a line longer than {} MiB (no newline): not a text dataset",
+                                   file_.string(), kMaxLineBytes >> 20));
+    }
     if (eof_) return !line.empty();
     end_ = source_->read(buffer_.get(), kBufferBytes);
     if (end_ == 0) {

@@ -30,10 +30,16 @@ std::unique_ptr<ByteSource> open_byte_source(const std::filesystem::path& file);
 // Lines of a ByteSource, without their '\n' (a final line without one is still a line).
 class LineReader {
  public:
+  // A line (or, for DocumentReader, a document) longer than this is an InputError naming the
+  // file: a file without newlines must not grow memory without bound.
+  static constexpr size_t kMaxLineBytes = size_t(256) << 20;
+
   explicit LineReader(const std::filesystem::path& file);
   bool next(std::string& line);
+  const std::filesystem::path& file() const { return file_; }
 
  private:
+  std::filesystem::path file_;
   std::unique_ptr<ByteSource> source_;
   std::unique_ptr<char[]> buffer_;
   size_t begin_ = 0, end_ = 0;  // unread bytes are buffer_[begin_, end_)

@@ -38,8 +38,10 @@ std::vector<std::pair<fs::path, FileFormat>> list_dataset_files(const std::strin
       if (entry.is_regular_file()) candidates.push_back(entry.path());
     }
     std::sort(candidates.begin(), candidates.end());
-  } else {
+  } else if (fs::is_regular_file(path)) {
     candidates.push_back(path);
+  } else {  // /dev/zero, a FIFO, a socket: nothing that ends, or that can be read again on resume
+    throw InputError(fmt::format("dataset error: {} '{}' is neither a regular file nor a directory", key, path));
   }
   std::vector<std::pair<fs::path, FileFormat>> files;
   bool has_tokens = false, has_text = false;
@@ -94,6 +96,10 @@ std::optional<std::string> DocumentReader::next_strfile() {
     if (line_ == "%") return doc;
     doc += line_;
     doc += '\n';
+    if (doc.size() > LineReader::kMaxLineBytes) {
+      throw InputError(fmt::format("dataset error: {}: a document longer than {} MiB (no \"%\" separator line)",
+                                   lines_.file().string(), LineReader::kMaxLineBytes >> 20));
+    }
   }
   done_ = true;
   return doc;

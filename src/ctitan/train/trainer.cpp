@@ -14,6 +14,8 @@
 #include "ctitan/common/error.h"
 #include "ctitan/distributed/bandwidth_probe.h"
 #include "ctitan/distributed/communicator.h"
+#include "ctitan/metrics/hardware_profiles.h"
+#include "ctitan/metrics/job_estimate.h"
 #include "ctitan/metrics/memory_tracker.h"
 #include "ctitan/metrics/peak_flops.h"
 #include "ctitan/metrics/profiler.h"
@@ -57,6 +59,7 @@ Trainer::Trainer(config::JobConfig config)
     tokenizer_ = std::make_shared<data::Tokenizer>(data::Tokenizer::load(config_.model.tokenizer_path));
   }
   auto args = model_args_from_config(config_, tokenizer_.get());
+  refuse_if_the_step_cannot_fit(args);
   model_ = build_model(args, device_);
   setup_parallelism();
 
@@ -126,6 +129,28 @@ Trainer::Trainer(config::JobConfig config)
                t.seq_len, t.local_batch_size, grad_accum_steps_);
   spdlog::info("FLOPs per token {:.3e}; peak {:.3f} TFLOP/s for MFU ({})", flops_per_token, peak.flops / 1e12,
                peak.source);
+}
+
+void Trainer::refuse_if_the_step_cannot_fit(const models::llama::ModelArgs& args) const {
+  // The CPU walk of `ctitan estimate` follows ctitan's own step (within 2% of the measured peak)
+  // without TP or activation checkpointing; other runs are not checked (it would overestimate).
+  if (!device_.is_cpu() || config_.parallelism.tensor_parallel_degree != 1 ||
+      config_.activation_checkpoint.mode != config::ActivationCheckpointMode::kNone) {
+    return;
+  }
+  auto hw = metrics::hardware_profile("cpu");
+  hw.memory_bytes = metrics::physical_memory_bytes() / (dist_ ? dist_->env.local_world_size : 1);
+  auto job = metrics::job_shape_from_config(config_, args, dist_ ? dist_->env.world_size : 1);
+  auto memory = metrics::estimate_memory(job, hw);
+  if (memory.peak_bytes <= hw.memory_bytes) return;
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  throw ConfigError(fmt::format(
+      "the step needs about {:.1f} GiB per rank (ctitan estimate: model state {:.1f} GiB, activations {:.1f} GiB), "
+      "more than this rank's share of memory, {:.1f} GiB: lower training.local_batch_size ({}) or training.seq_len "
+      "({}), or shard over more ranks", double(memory.peak_bytes) / kGiB,
+      double(memory.state_params_bytes + memory.state_grads_bytes + memory.state_optimizer_bytes) / kGiB,
+      double(memory.activations_bytes) / kGiB, double(hw.memory_bytes) / kGiB, config_.training.local_batch_size,
+      config_.training.seq_len));
 }
 
 // Parallelism is applied to the built model from outside, as torchtitan's parallelize step.
@@ -353,6 +378,7 @@ void Trainer::train_steps() {
       auto timeout = std::chrono::milliseconds(config_.comm.train_timeout_seconds * 1000);
       dist_->world->set_timeout(timeout);
       dist_->mesh->set_timeouts(timeout);
+      checkpointer_->set_timeout(timeout);
     }
     if (checkpointer_->after_step(step_, last, [this] { return state_dicts(); }, shard_layouts())) break;
   }

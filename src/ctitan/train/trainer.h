@@ -72,6 +72,10 @@ class Trainer {
   void train_steps();  // the step loop of train(), which adds the emergency checkpoint on exceptions
   std::vector<data::Batch> next_global_batch();
   void setup_parallelism();
+  // A ConfigError with the numbers when `ctitan estimate`'s memory walk says the step cannot fit
+  // in this rank's share of the machine's memory (CPU runs without TP or AC), before anything
+  // is allocated.
+  void refuse_if_the_step_cannot_fit(const models::llama::ModelArgs& args) const;
   // Throws, naming the step, when the gradient norm is not finite: before the update for CPU
   // norms; device norms are recorded and thrown by check_no_non_finite_step() (log steps, saves).
   void stop_if_not_finite(const torch::Tensor& grad_norm);
