@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 
 #include "ctitan/checkpoint/coordinator.h"
 #include "ctitan/checkpoint/metadata.h"
@@ -86,6 +87,44 @@ TEST(CheckpointFormat, BitFlipTruncationAndMissingFilesAreDetectedNamingTheFile)
   fs::remove(step / kMetadataFile);
   error = load_error(step);
   EXPECT_NE(error.find("not a complete checkpoint"), std::string::npos) << error;
+}
+
+// Found by fuzz/checkpoint_metadata_fuzzer: metadata.json values the reader would misuse (a float
+// where an int goes is undefined behaviour in the conversion; a slice outside its tensor or a
+// dp_rank_of shorter than world_size is read out of bounds) are refused when read, naming the file.
+TEST(CheckpointFormat, MalformedMetadataIsAnInputErrorNamingTheFile) {
+  testing::TempDir dir;
+  auto step = save_sample(dir.path(), 1);
+  const auto path = step / kMetadataFile;
+  const auto good = nlohmann::json::parse(testing::read_file(path));
+  ASSERT_NO_THROW(read_metadata(step));
+  size_t a = 0;  // the entry of model/a, shape [64, 8]
+  while (good["entries"][a]["key"] != "a") ++a;
+  auto expect_refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& detail) {
+    auto j = good;
+    edit(j);
+    testing::write_file(path, j.dump());
+    try {
+      read_metadata(step);
+      ADD_FAILURE() << "accepted: " << detail;
+    } catch (const InputError& e) {
+      std::string message = e.what();
+      EXPECT_NE(message.find(path.string()), std::string::npos) << message;
+      EXPECT_NE(message.find(detail), std::string::npos) << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+  };
+  expect_refused([](auto& j) { j["version"] = 1e300; }, "\"version\" must be an integer");
+  expect_refused([](auto& j) { j["world_size"] = 1.5; }, "\"world_size\" must be an integer");
+  expect_refused([a](auto& j) { j["entries"][a]["crc32"] = int64_t(1) << 40; }, "\"crc32\" must be an integer");
+  expect_refused([a](auto& j) { j["entries"][a]["shape"] = {-1, 8}; }, "\"shape\" must be a list of integers >= 0");
+  expect_refused([a](auto& j) { j["entries"][a]["offsets"] = {int64_t(1) << 62, 0}; }, "outside the global shape");
+  expect_refused([a](auto& j) { j["entries"][a]["offsets"] = {INT64_MAX, 0}; }, "outside the global shape");
+  expect_refused([a](auto& j) { j["entries"][a]["global_shape"] = {int64_t(1) << 62, int64_t(1) << 62}; },
+                 "is too large");
+  expect_refused([a](auto& j) { j["entries"][a]["nbytes"] = 3; }, "nbytes is 3");
+  expect_refused([a](auto& j) { j["entries"][a]["dtype"] = "float\n8"; }, "unknown dtype 'float\\n8'");
+  expect_refused([](auto& j) { j["dp_rank_of"] = nlohmann::json::array(); }, "\"dp_rank_of\" has 0 ranks");
 }
 
 // A write the system refuses is an IoError (not the user's input), naming the path; bad bytes on

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "ctitan/common/error.h"
 #include "ctitan/config/config_fields.h"
 #include "ctitan/config/config_help.h"
@@ -128,6 +130,18 @@ TEST(ConfigManager, OverrideErrorsNameTheKey) {
                       "--parallelism.fsdp_gradient_sync must be every_microbatch or last_microbatch (got 'sometimes')");
   expect_config_error("", {"stray"}, "unexpected argument 'stray'");
   expect_config_error("", {"--training.no_steps"}, "--training.no_steps");
+}
+
+// Found by fuzz/config_fuzzer (corpus fuzz/corpus/config/regress_*): words and values holding
+// a newline stayed in the message, which must be one line; a long unknown key took seconds of
+// "did you mean" edit distances.
+TEST(ConfigManager, FuzzFindingsOneLineMessagesAndLongKeys) {
+  expect_config_error("", {"--training-/paral[job]\ndump_folder"}, "unknown option --training-/paral[job]\\ndump_folder");
+  expect_config_error("[model]\nname = \"llama\\n3\"\n", {}, "model.name must be llama3 (got 'llama\\n3')");
+  expect_config_error("[\"train\\ring\"]\n", {}, "unknown section [train\\ring]");
+  const auto start = std::chrono::steady_clock::now();
+  expect_config_error("", {"--" + std::string(1 << 20, 'x') + ".steps", "1"}, "unknown key --xxx");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
 }
 
 TEST(ConfigManager, MissingFileIsAConfigError) {

@@ -63,7 +63,11 @@ std::optional<std::string> nearest_key(const std::string& dotted) {
   std::optional<std::string> best;
   size_t best_distance = std::min<size_t>(4, dotted.size() / 3) + 1;
   for (const auto& f : config_fields(scratch)) {
-    size_t d = edit_distance(dotted, f.dotted());
+    // The distance is at least the length difference: a long unknown key (a fuzzer's, or a
+    // pasted paragraph) skips the quadratic comparison instead of stalling the parse.
+    const std::string key = f.dotted();
+    if (std::max(dotted.size(), key.size()) - std::min(dotted.size(), key.size()) >= best_distance) continue;
+    size_t d = edit_distance(dotted, key);
     if (d < best_distance) {
       best_distance = d;
       best = f.dotted();

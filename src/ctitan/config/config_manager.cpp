@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/message_text.h"
 #include "ctitan/config/config_fields.h"
 #include "ctitan/config/config_help.h"
 
@@ -192,10 +193,30 @@ void require(bool ok, const std::string& message) {
   if (!ok) throw ConfigError(message);
 }
 
+// The messages quote the user's keys, values and words, which may hold control characters (a
+// quoted TOML key "a\nb", an override word with a newline): escaped here, once, so that every
+// ConfigError stays one line.
+template <typename F>
+auto with_one_line_errors(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const ConfigError& e) {
+    constexpr std::string_view kPrefix = "config error: ";  // added again by ConfigError
+    std::string_view what = e.what();
+    if (what.substr(0, kPrefix.size()) == kPrefix) what.remove_prefix(kPrefix.size());
+    std::string escaped = one_line(what);
+    if (escaped == what) throw;
+    throw ConfigError(escaped);
+  }
+}
+
+void check_config(const JobConfig& c);
+
 }  // namespace
 
 JobConfig parse_job_config(const std::string& toml_text, const std::string& origin,
                            const std::vector<std::string>& overrides) {
+  return with_one_line_errors([&] {
   JobConfig config;
   toml::table root;
   try {
@@ -206,8 +227,9 @@ JobConfig parse_job_config(const std::string& toml_text, const std::string& orig
   }
   apply_toml(config, root, origin);
   apply_overrides(config, overrides);
-  validate(config);
+  check_config(config);
   return config;
+  });
 }
 
 JobConfig load_job_config(const std::string& toml_path, const std::vector<std::string>& overrides) {
@@ -222,6 +244,11 @@ JobConfig load_job_config(const std::string& toml_path, const std::vector<std::s
 }
 
 void validate(const JobConfig& c) {
+  with_one_line_errors([&] { check_config(c); });
+}
+
+namespace {
+void check_config(const JobConfig& c) {
   // inf and nan parse as TOML floats and as overrides; no key means anything by them.
   JobConfig copy = c;
   for (const auto& f : config_fields(copy)) {
@@ -301,6 +328,7 @@ void validate(const JobConfig& c) {
     require(v >= 0, fmt::format("model.{} must be >= 0 (got {}; 0 keeps the flavor's value)", key, v));
   }
 }
+}  // namespace
 
 std::string to_toml(const JobConfig& config) {
   JobConfig copy = config;

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/message_text.h"
 #include "ctitan/common/path_text.h"
 #include "ctitan/data/byte_level.h"
 
@@ -20,8 +21,9 @@ namespace {
 // What Hugging Face's ByteLevel pre-tokenizer splits with when `use_regex` is set (GPT-2's).
 const char* const kGpt2SplitPattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
+// `what` may quote the file's keys and tokens: one_line keeps the message on one line.
 [[noreturn]] void fail(const fs::path& file, const std::string& what) {
-  throw InputError(fmt::format("tokenizer error: {}: {}", file.string(), what));
+  throw InputError(fmt::format("tokenizer error: {}: {}", file.string(), one_line(what)));
 }
 
 json read_json(const fs::path& file) {
@@ -35,6 +37,8 @@ json read_json(const fs::path& file) {
 bool is_null_or(const json& j, const char* key, const json& allowed) {
   return !j.contains(key) || j[key].is_null() || j[key] == allowed;
 }
+
+TokenizerSpec read_hf_tokenizer_spec(const fs::path& file);
 
 // The split pattern of a byte-level pre-tokenizer: Split(regex, Isolated) then ByteLevel without
 // its own regex (Llama 3), or ByteLevel with its regex (GPT-2).
@@ -170,6 +174,23 @@ void write_json_file(const fs::path& path, const json& j) {
 }  // namespace
 
 Tokenizer load_hf_tokenizer_json(const fs::path& file) {
+  TokenizerSpec spec;
+  try {
+    spec = read_hf_tokenizer_spec(file);
+  } catch (const json::exception& e) {  // a key of the wrong JSON type (e.g. "type": 3)
+    fail(file, fmt::format("not a tokenizer.json of byte-level BPE ({})", e.what()));
+  }
+  try {
+    return Tokenizer(std::move(spec));
+  } catch (const InputError& e) {
+    // The split pattern's checks (pretokenizer.cpp) cannot name the file.
+    if (std::string_view(e.what()).find(file.string()) != std::string_view::npos) throw;
+    fail(file, e.what());
+  }
+}
+
+namespace {
+TokenizerSpec read_hf_tokenizer_spec(const fs::path& file) {
   json j = read_json(file);
   if (!is_null_or(j, "normalizer", json())) fail(file, "normalizer is set; byte-level BPE (Llama 3) has none");
   if (!j.contains("model") || !j["model"].is_object()) fail(file, "model is missing");
@@ -222,8 +243,9 @@ Tokenizer load_hf_tokenizer_json(const fs::path& file) {
     spec.merges.emplace_back(l->second, r->second);
   }
   choose_bos_eos(spec, file);
-  return Tokenizer(std::move(spec));
+  return spec;
 }
+}  // namespace
 
 json hf_tokenizer_json(const Tokenizer& tokenizer) {
   const TokenizerSpec& spec = tokenizer.spec();

@@ -1,0 +1,30 @@
+#pragma once
+// Untrusted text quoted in an error message (a key, a token, a tensor name, an override word):
+// the message must stay one line, so control characters are written as escapes.
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+namespace ctitan {
+
+// `text` with '\n', '\r', '\t' as "\n", "\r", "\t" and other control bytes as "\xNN";
+// everything else (UTF-8 included) as is.
+inline std::string one_line(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (unsigned char c : text) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else if (c < 0x20 || c == 0x7f) {
+      char escaped[5];
+      std::snprintf(escaped, sizeof(escaped), "\\x%02x", c);
+      out += escaped;
+    } else {
+      out += char(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace ctitan
