@@ -9,7 +9,8 @@ namespace ctitan {
 namespace {
 
 // Rank 0 skips all_reduce #2; ranks 1 and 2 must each report the timeout, naming the collective,
-// group, rank and shape, and exit 1. A hang would hit the 120 s limit of
+// group, rank and shape, and the rank that never issued it (from the group's progress board),
+// and exit 1. A hang would hit the 120 s limit of
 // run_program and fail the exit-code check.
 TEST(CliCollectives, SkippedCollectiveIsATimeoutErrorNotAHang) {
   auto r = testing::run_ctitan({"run", "--nproc-per-node", "3", "--master-port", "0", "--exec",
@@ -18,7 +19,8 @@ TEST(CliCollectives, SkippedCollectiveIsATimeoutErrorNotAHang) {
   EXPECT_NE(r.exit_code, 0) << r.output;
   for (int rank : {1, 2}) {
     auto line = "collective_timeout_worker: error: collective timeout: all_reduce #2 on group 'world' (rank " +
-                std::to_string(rank) + " of 3, 1024 x float) did not complete within 3s";
+                std::to_string(rank) + " of 3, 1024 x float) did not complete within 3s; not issued by rank 0 (last "
+                "issued #1) of group 'world'";
     EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
   }
   EXPECT_NE(r.output.find("rank 0 skips all_reduce #2 on purpose"), std::string::npos) << r.output;
@@ -50,6 +52,29 @@ TEST(CliCollectives, RankStalledInACheckpointSaveIsNamedWithinTheTimeout) {
   EXPECT_NE(r.output.find("timed out after 5s on rank 0 of 2: rank(s) 1 did not arrive"), std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("Socket Timeout"), std::string::npos) << r.output;
+}
+
+// Issue #17: stall errors named the rank that noticed, not the rank that stalled. Rank 1 stops
+// itself (SIGSTOP) after step 3 of an FSDP(2) run; rank 0's next collective times out and names
+// rank 1 as the one that never issued it, and the launcher stops the job.
+TEST(CliCollectives, StalledRankIsNamedByTheRankThatTimedOut) {
+  testing::TempDir dir;
+  setenv("CTITAN_FAULT_STALL_AT_STEP", "3", 1);
+  setenv("CTITAN_FAULT_RANK", "1", 1);
+  auto r = testing::run_ctitan(
+      testing::concat(testing::concat({"run", "--nproc-per-node", "2", "--master-port", "0", "train"},
+                                      testing::tiny_job_args(dir.path())),
+                      {"--parallelism.data_parallel_shard_degree", "2", "--training.local_batch_size", "2",
+                       "--training.steps", "8", "--checkpoint.enable", "true", "--checkpoint.interval", "100",
+                       "--comm.train_timeout_seconds", "5"}),
+      120);
+  unsetenv("CTITAN_FAULT_STALL_AT_STEP");
+  unsetenv("CTITAN_FAULT_RANK");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1 stops itself (SIGSTOP) after step 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("collective timeout: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("did not complete within 5s; not issued by rank 1 (last issued #"), std::string::npos)
+      << r.output;
 }
 
 }  // namespace

@@ -54,6 +54,10 @@ void inject_faults_after_step(int64_t step, int rank) {
     spdlog::warn("fault injection: rank {} raises SIGKILL after step {}", rank, step);
     std::raise(SIGKILL);
   }
+  if (env_int("CTITAN_FAULT_STALL_AT_STEP", -1) == step) {
+    spdlog::warn("fault injection: rank {} stops itself (SIGSTOP) after step {}", rank, step);
+    std::raise(SIGSTOP);
+  }
   if (env_int("CTITAN_FAULT_SIGTERM_AT_STEP", -1) == step) {
     spdlog::warn("fault injection: rank {} raises SIGTERM after step {}", rank, step);
     std::raise(SIGTERM);

@@ -15,6 +15,7 @@ void clear_sigterm();
 // or 0) and only on rank CTITAN_FAULT_RANK (default 0), after step `step` completed:
 //   CTITAN_FAULT_KILL_AT_STEP=N     raise(SIGKILL): a crash with no chance to save
 //   CTITAN_FAULT_SIGTERM_AT_STEP=N  raise(SIGTERM): as if the scheduler preempted this rank
+//   CTITAN_FAULT_STALL_AT_STEP=N    raise(SIGSTOP): a rank that stops answering (a hung host)
 void inject_faults_after_step(int64_t step, int rank);
 // The same rules, at the start of the checkpoint save of step `step`, before the ranks exchange
 // their plans:

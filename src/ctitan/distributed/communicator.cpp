@@ -1,8 +1,11 @@
 #include "ctitan/distributed/communicator.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <mutex>
+#include <thread>
 
 #include "ctitan/distributed/gloo_backend.h"
 #include "ctitan/distributed/gloo_group.h"
@@ -48,6 +51,86 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   return c10d::ReduceOp::SUM;
 }
 
+namespace {
+
+// The process's boards, published by one detached thread. Leaked on purpose: the thread may run
+// during static destruction at exit.
+struct ProgressPublisher {
+  std::mutex mutex;
+  std::vector<std::weak_ptr<ProgressBoard>> boards;
+  bool started = false;
+};
+
+ProgressPublisher& publisher() {
+  static auto* p = new ProgressPublisher();  // NOLINT: deliberate leak, see above
+  return *p;
+}
+
+void register_board(const std::shared_ptr<ProgressBoard>& board) {
+  auto& p = publisher();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  p.boards.push_back(board);
+  if (p.started) return;
+  p.started = true;
+  std::thread([] {
+    auto& p = publisher();
+    while (true) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      std::vector<std::shared_ptr<ProgressBoard>> live;
+      {
+        std::lock_guard<std::mutex> lock(p.mutex);
+        std::vector<std::weak_ptr<ProgressBoard>> kept;
+        for (auto& weak : p.boards) {
+          if (auto board = weak.lock()) live.push_back(board), kept.push_back(weak);
+        }
+        p.boards.swap(kept);
+      }
+      for (auto& board : live) board->publish();
+    }
+  }).detach();
+}
+
+std::string progress_key(const std::string& group, int rank) { return fmt::format("progress/{}/{}", group, rank); }
+
+}  // namespace
+
+// A connection of its own (clone()): a TCPStore client serializes its calls, and the training
+// thread may sit in a long store wait (a checkpoint exchange) while the board must publish.
+ProgressBoard::ProgressBoard(c10::intrusive_ptr<c10d::Store> store, std::string group, int rank, int size)
+    : store_(store->clone()), group_(std::move(group)), rank_(rank), size_(size) {}
+
+void ProgressBoard::publish() {
+  const int64_t seq = issued_.load();
+  if (seq == published_) return;
+  try {
+    auto text = std::to_string(seq);
+    store_->set(progress_key(group_, rank_), std::vector<uint8_t>(text.begin(), text.end()));
+    published_ = seq;
+  } catch (const std::exception&) {
+    // The store is gone (the job is ending): nothing to report to.
+  }
+}
+
+std::string ProgressBoard::missing_peers(int64_t seq) const {
+  std::vector<std::string> behind;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    try {
+      auto key = progress_key(group_, r);
+      int64_t theirs = 0;
+      if (store_->check({key})) {
+        auto bytes = store_->get(key);
+        theirs = std::stoll(std::string(bytes.begin(), bytes.end()));
+      }
+      if (theirs < seq) behind.push_back(fmt::format("rank {} (last issued #{})", r, theirs));
+    } catch (const std::exception&) {
+      return "";  // cannot tell: say nothing rather than guess
+    }
+  }
+  if (behind.empty()) return "";
+  return fmt::format("not issued by {} of group '{}'", fmt::join(behind, ", "), group_);
+}
+
 Communicator::Communicator(std::string name, int rank, int size, std::chrono::milliseconds timeout)
     : name_(std::move(name)), rank_(rank), size_(size), timeout_ms_(timeout.count()) {}
 
@@ -57,6 +140,10 @@ std::shared_ptr<Communicator> Communicator::create(c10::intrusive_ptr<c10d::Stor
   std::shared_ptr<Communicator> comm(new Communicator(name, rank_in_group, group_size, timeout));
   comm->gloo_ = std::make_unique<GlooBackend>(
       create_gloo_group(store, name, rank_in_group, group_size, timeout, bind_host), rank_in_group, group_size);
+  if (group_size > 1) {
+    comm->progress_ = std::make_shared<ProgressBoard>(store, name, rank_in_group, group_size);
+    register_board(comm->progress_);
+  }
 #ifdef CTITAN_WITH_NCCL
   comm->nccl_ = NcclBackend::create_if_gpu(store, name, rank_in_group, group_size, timeout);
 #endif
@@ -91,6 +178,10 @@ std::shared_ptr<detail::WorkState> Communicator::begin(const char* op, const tor
   }
   auto s = std::make_shared<detail::WorkState>();
   int64_t seq = ++sequence_;
+  if (progress_) {
+    progress_->issued(seq);
+    s->missing_peers = [progress = progress_, seq] { return progress->missing_peers(seq); };
+  }
   s->label = payload.defined()
                  ? fmt::format("{} #{} on group '{}' (rank {} of {}, {} x {})", op, seq, name_, rank_, size_,
                                payload.numel(), dtype_name(payload.scalar_type()))

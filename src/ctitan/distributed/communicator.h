@@ -24,6 +24,29 @@
 
 namespace ctitan::distributed {
 
+// Where each member of a group is: every member publishes the sequence number of the last
+// collective it issued to the store (under "progress/<group>/<rank>"), from a background thread
+// twice a second, never from the collective's own path. A rank whose collective timed out reads
+// its peers' numbers to say which of them never issued it: the rank that stalled, not the one
+// that noticed. A stopped process stops publishing too, so its number stays where it stopped.
+class ProgressBoard {
+ public:
+  ProgressBoard(c10::intrusive_ptr<c10d::Store> store, std::string group, int rank, int size);
+  void issued(int64_t seq) { issued_ = seq; }
+  // Writes this rank's number if it changed since the last call (the publisher thread).
+  void publish();
+  // "rank(s) 1 of group 'x' had issued only up to #175", "" if every peer reached `seq` or
+  // their numbers cannot be read.
+  std::string missing_peers(int64_t seq) const;
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string group_;
+  int rank_, size_;
+  std::atomic<int64_t> issued_{0};
+  int64_t published_ = -1;  // publisher thread only
+};
+
 class Communicator {
  public:
   // Creates a group over PrefixStore(name, store) (so several groups share one store; names must
@@ -96,6 +119,7 @@ class Communicator {
   std::atomic<int64_t> sequence_{0};
   std::shared_ptr<StatsTable> stats_ = std::make_shared<StatsTable>();
   std::shared_ptr<GroupHealth> health_ = std::make_shared<GroupHealth>();
+  std::shared_ptr<ProgressBoard> progress_;
   std::unique_ptr<CollectiveBackend> gloo_;
   std::unique_ptr<CollectiveBackend> nccl_;  // CTITAN_WITH_NCCL and a GPU visible; never run here
 };

@@ -27,7 +27,9 @@ std::string what_of(const std::exception_ptr& error) {
 std::string seconds_text(std::chrono::milliseconds t) { return fmt::format("{:g}s", t.count() / 1000.0); }
 
 std::string timeout_message(const detail::WorkState& s) {
-  return fmt::format("collective timeout: {} did not complete within {}", s.label, seconds_text(s.timeout));
+  std::string missing = s.missing_peers ? s.missing_peers() : "";
+  return fmt::format("collective timeout: {} did not complete within {}{}", s.label, seconds_text(s.timeout),
+                     missing.empty() ? "" : "; " + missing);
 }
 
 // Runs on the backend thread that completed the collective (or inline if it already had).

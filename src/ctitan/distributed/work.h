@@ -54,6 +54,9 @@ struct WorkState {
   std::chrono::steady_clock::time_point deadline;  // issue time + timeout
   std::shared_ptr<StatsTable> stats;
   std::shared_ptr<GroupHealth> health;
+  // On a timeout: which peers had not issued this collective, e.g. "rank 1 of the group had
+  // issued only up to #175" (the group's progress board), or "" when unknown.
+  std::function<std::string()> missing_peers;
   double issue_seconds = 0;  // caller time inside the issuing call
 
   std::mutex mutex;
