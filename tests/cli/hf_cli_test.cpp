@@ -1,9 +1,13 @@
 // `ctitan generate` and `ctitan checkpoint export|import` run as a user runs them.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "ctitan/checkpoint/hf/hf_export.h"
+#include "ctitan/checkpoint/hf/hf_import.h"
+#include "ctitan/checkpoint/metadata.h"
 #include "ctitan/data/tokenizer.h"
 #include "ctitan/models/llama/model.h"
 #include "ctitan/train/trainer.h"
@@ -133,6 +137,141 @@ TEST(CliHf, BadInputsEndInOneLine) {
   auto bytes = testing::read_file(weights);
   testing::write_file(weights, bytes.substr(0, bytes.size() - 10));
   expect_error_line(run_ctitan({"generate", "--checkpoint", dir.file("hf"), "--prompt-ids", "1"}), weights);
+}
+
+// Every file under `dir` with its bytes: "untouched" means this is equal before and after.
+std::map<std::string, std::string> snapshot(const std::filesystem::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    auto name = std::filesystem::relative(e.path(), dir).string();
+    files[name] = e.is_regular_file() ? testing::read_file(e.path().string()) : "<dir>";
+  }
+  return files;
+}
+
+// Names in `dir` that contain `part` (leftover staging directories).
+std::vector<std::string> names_containing(const std::filesystem::path& dir, const std::string& part) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().filename().string().find(part) != std::string::npos) names.push_back(e.path().filename().string());
+  }
+  return names;
+}
+
+// Issue #17: `checkpoint import --output .../step-2` replaced a training run's full checkpoint
+// (optimizer, dataloader, RNG) by a model-only one and exited 0. Import and export now refuse
+// any existing non-empty directory with one line naming it, leaving it byte for byte as it was;
+// --overwrite replaces it, and only once the new directory is complete.
+TEST(CliHf, ImportAndExportRefuseANonEmptyOutputUnlessOverwrite) {
+  TempDir dir;
+  auto trained = run_ctitan(testing::concat(testing::concat({"train"}, testing::tiny_job_args(dir.path())),
+      {"--training.steps", "2", "--checkpoint.enable", "true", "--checkpoint.interval", "2",
+       "--checkpoint.last_save_model_only", "false"}));
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const auto step = dir.path() / "checkpoint" / "step-2";
+  ASSERT_TRUE(std::filesystem::exists(step / "metadata.json")) << trained.output;
+  auto exported = run_ctitan({"checkpoint", "export", "--input", step.string(), "--output", dir.file("hf")});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  std::filesystem::create_directories(dir.path() / "notes");
+  testing::write_file(dir.file("notes/readme.txt"), "mine");
+  testing::write_file(dir.file("a_file"), "mine too");
+  const auto step_before = snapshot(step), hf_before = snapshot(dir.path() / "hf");
+
+  // The whole output is the one error line: nothing was read or written before the refusal.
+  auto expect_refused = [&](const std::vector<std::string>& args, const std::string& needle) {
+    auto r = run_ctitan(args);
+    expect_error_line(r, needle);
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << r.output;
+  };
+  const std::string import_hf[] = {"checkpoint", "import", "--input", dir.file("hf"), "--output"};
+  const std::string export_step[] = {"checkpoint", "export", "--input", step.string(), "--output"};
+  auto with = [](const auto& head, std::vector<std::string> tail) {
+    return testing::concat(std::vector<std::string>(std::begin(head), std::end(head)), tail);
+  };
+  expect_refused(with(import_hf, {step.string()}),
+                 "checkpoint import: --output " + step.string() +
+                     " already exists and is not empty (a checkpoint step directory); pass --overwrite to replace it");
+  expect_refused(with(import_hf, {dir.file("notes")}), "--output " + dir.file("notes") + " already exists and is not empty;");
+  expect_refused(with(import_hf, {dir.file("hf")}), dir.file("hf") + " already exists and is not empty (an HF export)");
+  expect_refused(with(import_hf, {dir.file("a_file"), "--overwrite"}), dir.file("a_file") + " already exists and is not a directory");
+  expect_refused(with(export_step, {step.string()}), "checkpoint export: --output " + step.string() + " already exists");
+  expect_refused(with(export_step, {dir.file("notes")}), dir.file("notes") + " already exists and is not empty");
+  expect_refused(with(export_step, {dir.file("a_file"), "--overwrite"}), "is not a directory");
+  EXPECT_EQ(snapshot(step), step_before);
+  EXPECT_EQ(snapshot(dir.path() / "hf"), hf_before);
+  EXPECT_EQ(testing::read_file(dir.file("notes/readme.txt")), "mine");
+  EXPECT_EQ(testing::read_file(dir.file("a_file")), "mine too");
+
+  // An empty directory is no one's data: both write into it without --overwrite.
+  std::filesystem::create_directories(dir.path() / "empty_step");
+  auto into_empty = run_ctitan(with(import_hf, {dir.file("empty_step")}));
+  EXPECT_EQ(into_empty.exit_code, 0) << into_empty.output;
+  // A directory that happens to be called <output>.partial is the user's, not a staging area.
+  std::filesystem::create_directories(dir.path() / "hf2.partial");
+  testing::write_file(dir.file("hf2.partial/keep.txt"), "kept");
+  auto beside_partial = run_ctitan(with(export_step, {dir.file("hf2")}));
+  EXPECT_EQ(beside_partial.exit_code, 0) << beside_partial.output;
+  EXPECT_EQ(testing::read_file(dir.file("hf2.partial/keep.txt")), "kept");
+
+  // --overwrite replaces: step-2 becomes the import's model-only checkpoint, still step 2.
+  auto replaced = run_ctitan(with(import_hf, {step.string(), "--overwrite"}));
+  ASSERT_EQ(replaced.exit_code, 0) << replaced.output;
+  auto metadata = checkpoint::read_metadata(step);
+  EXPECT_TRUE(metadata.model_only);
+  EXPECT_EQ(metadata.step, 2);
+  auto notes = run_ctitan(with(export_step, {dir.file("notes"), "--overwrite"}));
+  ASSERT_EQ(notes.exit_code, 0) << notes.output;
+  EXPECT_TRUE(checkpoint::hf::is_hf_dir(dir.path() / "notes"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "notes" / "readme.txt"));
+  EXPECT_EQ(names_containing(dir.path() / "checkpoint", ".partial-"), std::vector<std::string>{});
+  EXPECT_EQ(names_containing(dir.path(), ".partial-"), std::vector<std::string>{});
+}
+
+// Issue #17, through the binary: a config.json with rms_norm_eps -1 generated zeros and exited 0;
+// a tensor shape [2^62, 2^62] ended in "internal error: Storage size calculation overflowed"
+// naming no file. Both are one line naming the file and the key or tensor.
+TEST(CliHf, BadHfConfigValuesAndTensorShapesAreOneLineNamingTheFile) {
+  TempDir dir;
+  models::llama::ModelArgs args;
+  args.dim = 16; args.n_layers = 1; args.n_heads = 2; args.vocab_size = 20; args.max_seq_len = 8;
+  models::llama::Transformer model(args);
+  StateDict state;
+  for (const auto& p : model->named_parameters()) state[p.key()] = p.value().detach();
+  checkpoint::hf::export_hf(state, args, {}, dir.path() / "hf");
+  const auto config_path = dir.file("hf/config.json");
+  const auto config = nlohmann::json::parse(testing::read_file(config_path));
+  const std::vector<std::string> generate = {"generate", "--checkpoint", dir.file("hf"), "--prompt-ids", "1",
+                                             "--max-new-tokens", "2"};
+  for (auto [key, value] : {std::pair<std::string, nlohmann::json>{"rms_norm_eps", -1}, {"rms_norm_eps", 0},
+                            {"rope_theta", -1.5}, {"hidden_size", 0}, {"vocab_size", -20}}) {
+    auto bad = config;
+    bad[key] = value;
+    testing::write_file(config_path, bad.dump());
+    expect_error_line(run_ctitan(generate), config_path + ": key '" + key + "' must be");
+  }
+  // Python's json.dump writes NaN, which is not JSON.
+  auto text = config.dump();
+  auto eps = text.find("\"rms_norm_eps\":");
+  text.replace(eps, text.find_first_of(",}", eps) - eps, "\"rms_norm_eps\":NaN");
+  testing::write_file(config_path, text);
+  expect_error_line(run_ctitan(generate), config_path + ": not valid JSON");
+  testing::write_file(config_path, config.dump());
+  ASSERT_EQ(run_ctitan(generate).exit_code, 0);
+
+  // The first tensor of the file gets an element count that wraps to 0 in 64 bits.
+  const auto weights = dir.file("hf/model.safetensors");
+  auto bytes = testing::read_file(weights);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | uint8_t(bytes[size_t(i)]);
+  auto header = nlohmann::json::parse(bytes.substr(8, n));
+  const uint64_t big = uint64_t(1) << 62;
+  header["lm_head.weight"]["shape"] = {big, big};
+  std::string new_header = header.dump();
+  new_header.append((8 - new_header.size() % 8) % 8, ' ');
+  std::string len(8, '\0');
+  for (int i = 0; i < 8; ++i) len[size_t(i)] = char((uint64_t(new_header.size()) >> (8 * i)) & 0xff);
+  testing::write_file(weights, len + new_header + bytes.substr(8 + n));
+  expect_error_line(run_ctitan(generate), "safetensors " + weights + ": tensor 'lm_head.weight' has shape");
 }
 
 }  // namespace

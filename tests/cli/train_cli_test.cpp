@@ -1,6 +1,10 @@
 // `ctitan train` run as a user runs it: exit codes, error lines, files on disk.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -83,6 +87,74 @@ TEST(CliTrain, BadConfigFilesExitTwoNamingTheKey) {
                        "training.steps must be an integer");
   expect_clean_failure(testing::run_ctitan(concat({"train"}, concat(base, {"--training.global_batch_size", "6"}))), 2,
                        "training.global_batch_size");
+}
+
+// Issue #17: `--config <a directory>` read as an empty config and failed later with
+// "training.dataset_path is not set". A directory, a missing, empty or unreadable path is refused
+// while the command line is parsed: one line naming the flag and the path, exit 2.
+TEST(CliTrain, ConfigPathThatIsNotAReadableFileExitsTwoNamingIt) {
+  TempDir dir;
+  auto base = testing::tiny_job_args(dir.path());
+  auto expect_one_line = [](const RunResult& r, const std::string& needle) {
+    expect_clean_failure(r, 2, needle);
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << r.output;
+  };
+  expect_one_line(testing::run_ctitan(concat({"train", "--config", dir.path().string()}, base)),
+                  "train: --config: " + dir.path().string() + " is a directory, not a TOML file");
+  expect_one_line(testing::run_ctitan(concat({"train", "--config", dir.file("missing.toml")}, base)),
+                  "--config: " + dir.file("missing.toml") + " does not exist");
+  expect_one_line(testing::run_ctitan(concat({"train", "--config", ""}, base)), "--config: the path is empty");
+  // The same check on every command that takes a job config.
+  expect_one_line(testing::run_ctitan({"checkpoint", "import", "--input", dir.file("x"), "--output", dir.file("y"),
+                                       "--config", dir.path().string()}),
+                  "checkpoint import: --config: " + dir.path().string() + " is a directory");
+  expect_one_line(testing::run_ctitan({"generate", "--checkpoint", dir.file("x"), "--config", dir.path().string()}),
+                  "generate: --config: " + dir.path().string() + " is a directory");
+  expect_one_line(testing::run_ctitan({"estimate", "--config", dir.path().string()}),
+                  "estimate: --config: " + dir.path().string() + " is a directory");
+  // Root reads any file whatever its mode: the unreadable case is checked only for other users.
+  if (geteuid() != 0) {
+    testing::write_file(dir.file("secret.toml"), "[training]\nsteps = 3\n");
+    std::filesystem::permissions(dir.file("secret.toml"), std::filesystem::perms::none);
+    expect_one_line(testing::run_ctitan(concat({"train", "--config", dir.file("secret.toml")}, base)),
+                    "--config: " + dir.file("secret.toml") + " cannot be read: Permission denied");
+  }
+}
+
+// Issue #17: command-line parse errors exited with CLI11's codes (104, 105, 106, 114) and printed
+// two lines. Every one is now exit 2 (as documented for usage errors) and one line naming the
+// flag and the command whose --help to read; --help and --version still exit 0.
+TEST(CliUsage, ParseErrorsExitTwoWithOneLineNamingTheFlag) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{}, "ctitan: A subcommand is required; see ctitan --help"},
+      {{"--nope"}, "ctitan: unexpected argument '--nope'"},
+      {{"frobnicate"}, "frobnicate"},
+      {{"checkpoint"}, "ctitan: checkpoint: A subcommand is required; see ctitan checkpoint --help"},
+      {{"checkpoint", "export", "--output", "x"}, "ctitan: checkpoint export: --input is required"},
+      {{"checkpoint", "export", "--input"}, "ctitan: checkpoint export: --input: 1 required"},
+      {{"checkpoint", "import", "--input", "a", "--output", "b", "--bogus"}, "--bogus"},
+      {{"run", "--nnodes", "abc", "train"}, "ctitan: run: Could not convert: --nnodes = abc"},
+      {{"generate", "--checkpoint", "x", "--max-new-tokens", "x"},
+       "ctitan: generate: --max-new-tokens: 'x' is not a non-negative number; see ctitan generate --help"},
+      {{"generate", "--checkpoint", "x", "--temperature", "nan"}, "--temperature: 'nan' is not a non-negative number"},
+      {{"generate", "--checkpoint", "x", "--prompt", "a", "--prompt-ids", "1"}, "--prompt"},
+      {{"train", "--config"}, "ctitan: train: --config: 1 required"},
+  };
+  for (const auto& [args, needle] : cases) {
+    auto r = testing::run_ctitan(args);
+    std::string command = "ctitan";
+    for (const auto& a : args) command += " " + a;
+    EXPECT_EQ(r.exit_code, 2) << command << ": " << r.output;
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "not one line: " << r.output;
+    EXPECT_EQ(r.output.rfind("ctitan: ", 0), 0u) << r.output;
+    EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+  }
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"--help"}, {"--version"},
+                                               {"checkpoint", "--help"}, {"train", "--help"}}) {
+    auto r = testing::run_ctitan(args);
+    EXPECT_EQ(r.exit_code, 0) << args[0] << ": " << r.output;
+    EXPECT_GT(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  }
 }
 
 TEST(CliTrain, BadDataExitsNonZeroNamingTheFile) {

@@ -85,23 +85,28 @@ void add_checkpoint_export_commands(CLI::App& app) {
   struct ExportArgs {
     std::string input, output, format = "safetensors", dtype = "float32", max_shard_size = "5GB";
     std::string config, tokenizer;
-    bool best = false;
+    bool best = false, overwrite = false;
   };
   auto ea = std::make_shared<ExportArgs>();
   auto* exp = group.add_subcommand("export", "Write a model as a Hugging Face LlamaForCausalLM directory");
   exp->add_option("--input", ea->input, "Model: a checkpoint step directory or an HF export (with --best: a checkpoint folder)")->required();
   exp->add_flag("--best", ea->best, "--input is a checkpoint folder: export its best step (checkpoint.keep_best's best.json)");
-  exp->add_option("--output", ea->output, "New directory to write")->required();
+  exp->add_option("--output", ea->output, "New directory to write (or an empty one)")->required();
+  exp->add_flag("--overwrite", ea->overwrite, "Replace a non-empty --output directory, once the new one is written");
   exp->add_option("--format", ea->format, "Output format (only safetensors)");
   exp->add_option("--dtype", ea->dtype, "float32 | bfloat16 | float16");
   exp->add_option("--max-shard-size", ea->max_shard_size, "Largest safetensors file, e.g. 5GB, 500MB, 1048576");
-  exp->add_option("--config", ea->config, "Job config (TOML): model hyperparameters and tokenizer of a step dir");
+  exp->add_option("--config", ea->config, "Job config (TOML): model hyperparameters and tokenizer of a step dir")
+      ->check(config_file_check());
   exp->add_option("--tokenizer", ea->tokenizer, "Tokenizer to copy as tokenizer.model (overrides the source's)");
   exp->callback([ea] {
     if (ea->format != "safetensors") throw InputError(fmt::format("--format '{}' is unknown (only safetensors)", ea->format));
     checkpoint::hf::HfExportOptions options;
     options.dtype = checkpoint::hf::float_dtype_from_name(ea->dtype, "--dtype");
     options.max_shard_bytes = parse_size(ea->max_shard_size);
+    options.overwrite = ea->overwrite;
+    // Before the model is read: refusing takes no time.
+    checkpoint::hf::check_output_dir(ea->output, ea->overwrite, "checkpoint export: --output");
     if (ea->best) {
       auto best = checkpoint::read_best(ea->input);
       if (best.step < 0) {
@@ -120,18 +125,28 @@ void add_checkpoint_export_commands(CLI::App& app) {
 
   struct ImportArgs {
     std::string input, output, config;
+    bool overwrite = false;
   };
   auto ia = std::make_shared<ImportArgs>();
   auto* imp = group.add_subcommand("import", "Read a Hugging Face Llama directory into a seed checkpoint");
   imp->add_option("--input", ia->input, "HF directory (config.json + model.safetensors[.index.json])")->required();
-  imp->add_option("--output", ia->output, "Step directory to write")->required();
-  imp->add_option("--config", ia->config, "Job config (TOML) the seed checkpoint is for; [model] shape is set from the import");
+  imp->add_option("--output", ia->output, "Step directory to write (new, or an empty directory)")->required();
+  imp->add_flag("--overwrite", ia->overwrite, "Replace a non-empty --output (e.g. a training step directory), once the new one is written");
+  imp->add_option("--config", ia->config, "Job config (TOML) the seed checkpoint is for; [model] shape is set from the import")
+      ->check(config_file_check());
   imp->callback([ia] {
+    // Issue #17: `--output .../step-15` of a training run replaced its full checkpoint (optimizer,
+    // dataloader, RNG) by a model-only one. Checked before the import reads anything.
+    checkpoint::hf::check_output_dir(ia->output, ia->overwrite, "checkpoint import: --output");
     auto hf = checkpoint::hf::import_hf(ia->input);
     auto job = job_config_for(hf, ia->config, ia->input);
     // Training keeps fp32 master weights whatever the export's dtype.
     for (auto& [_, t] : hf.model) t = t.to(torch::kFloat);
-    checkpoint::save_model_only_checkpoint(ia->output, hf.model, job);
+    // Staged beside --output under the same name (the step number is read from it); an existing
+    // directory is replaced only once the new one is complete.
+    checkpoint::hf::write_directory_whole(ia->output, [&](const std::filesystem::path& staging) {
+      checkpoint::save_model_only_checkpoint(staging, hf.model, job);
+    });
     spdlog::info("imported {} parameters from {} into {}", hf.model.size(), ia->input, ia->output);
   });
 }

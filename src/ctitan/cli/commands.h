@@ -17,4 +17,9 @@ void add_generate_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_estimate_command(CLI::App& app);
 
+// The check on every `--config` option (train.cpp): the path must name a readable file. A
+// directory (which would read as an empty config), a missing or unreadable file is a usage
+// error naming the flag and the path, before any work starts.
+CLI::Validator config_file_check();
+
 }  // namespace ctitan::cli

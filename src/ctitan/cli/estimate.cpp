@@ -176,7 +176,7 @@ void add_estimate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "estimate", "Estimate a job's per-rank memory, FLOPs per token, step time, tokens/s and MFU (nothing runs)");
   auto f = std::make_shared<EstimateFlags>();
-  cmd->add_option("--config,--job.config_file", f->config_path, "TOML job config (required)");
+  cmd->add_option("--config,--job.config_file", f->config_path, "TOML job config (required)")->check(config_file_check());
   cmd->add_option("--dp-replicate", f->dp_replicate, "parallelism.data_parallel_replicate_degree");
   cmd->add_option("--dp-shard", f->dp_shard, "parallelism.data_parallel_shard_degree (-1: the ranks left over)");
   cmd->add_option("--tp", f->tp, "parallelism.tensor_parallel_degree");

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -37,6 +39,21 @@ std::vector<int64_t> parse_ids(const std::string& text) {
   return ids;
 }
 
+// A finite number >= 0. CLI11's NonNegativeNumber lets "nan" through and quotes DBL_MAX in full
+// when it refuses a value.
+CLI::Validator non_negative() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v) || v < 0) {
+          return fmt::format("'{}' is not a non-negative number", text);
+        }
+        return "";
+      },
+      "NONNEGATIVE");
+}
+
 }  // namespace
 
 void add_generate_command(CLI::App& app) {
@@ -52,11 +69,12 @@ void add_generate_command(CLI::App& app) {
   auto* prompt = cmd->add_option("--prompt", a->prompt, "Prompt text (needs a tokenizer)");
   auto* prompt_ids = cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt token ids, e.g. 1,2,3");
   prompt->excludes(prompt_ids);
-  cmd->add_option("--max-new-tokens", a->sampling.max_new_tokens, "Tokens to generate")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--temperature", a->sampling.temperature, "Softmax temperature; 0 = greedy")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-k", a->sampling.top_k, "Sample among the k most likely tokens; 0 = all")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-new-tokens", a->sampling.max_new_tokens, "Tokens to generate")->check(non_negative());
+  cmd->add_option("--temperature", a->sampling.temperature, "Softmax temperature; 0 = greedy")->check(non_negative());
+  cmd->add_option("--top-k", a->sampling.top_k, "Sample among the k most likely tokens; 0 = all")->check(non_negative());
   cmd->add_option("--seed", a->sampling.seed, "Sampling seed");
-  cmd->add_option("--config", a->config, "Job config (TOML): model hyperparameters and tokenizer of a step dir");
+  cmd->add_option("--config", a->config, "Job config (TOML): model hyperparameters and tokenizer of a step dir")
+      ->check(config_file_check());
   cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer rank file (overrides the checkpoint's)");
   cmd->add_flag("--json", a->json, "Print {\"ids\": [...], \"text\": \"...\"} (the generated part only)");
   cmd->callback([a] {

@@ -15,6 +15,30 @@ namespace {
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
+// The deepest subcommand the parse reached, e.g. "checkpoint export", or "" at the top level.
+std::string command_path(const CLI::App& app) {
+  std::string path;
+  for (const CLI::App* at = &app;;) {
+    auto chosen = at->get_subcommands();
+    if (chosen.empty()) return path;
+    at = chosen.front();
+    path += (path.empty() ? "" : " ") + at->get_name();
+  }
+}
+
+// A command-line parse error as one line naming the flag (CLI11 says which) and the command.
+// Arguments nobody claimed are named first: "ctitan --nope" is about --nope, not about the
+// subcommand CLI11 reports missing.
+std::string usage_error_line(const CLI::App& app, const CLI::ParseError& e) {
+  std::string message = first_line(e.what());
+  if (auto extras = app.remaining(); !extras.empty() && !dynamic_cast<const CLI::ExtrasError*>(&e)) {
+    message = fmt::format("unexpected argument '{}' ({})", extras.front(), message);
+  }
+  auto command = command_path(app);
+  auto help = command.empty() ? std::string("ctitan --help") : "ctitan " + command + " --help";
+  return fmt::format("{}{}; see {}", command.empty() ? "" : command + ": ", message, help);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -36,7 +60,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version arrive as "errors" with exit code 0; CLI11 prints them.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    // Every usage error exits 2, as argparse and the config errors do (not CLI11's 1xx codes).
+    fmt::print(stderr, "ctitan: {}\n", usage_error_line(app, e));
+    return 2;
   } catch (const ctitan::ExitStatus& e) {
     return e.code();
   } catch (const ctitan::InputError& e) {

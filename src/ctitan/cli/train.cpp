@@ -1,6 +1,11 @@
 // `ctitan train --config FILE [--section.key value ...]`
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "ctitan/cli/commands.h"
@@ -11,10 +16,25 @@
 
 namespace ctitan::cli {
 
+CLI::Validator config_file_check() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string {
+        if (path.empty()) return "the path is empty";
+        std::error_code ec;
+        auto status = std::filesystem::status(path, ec);
+        if (status.type() == std::filesystem::file_type::not_found) return path + " does not exist";
+        if (std::filesystem::is_directory(status)) return path + " is a directory, not a TOML file";
+        std::ifstream in(path);
+        if (!in) return fmt::format("{} cannot be read: {}", path, std::strerror(errno));
+        return "";
+      },
+      "FILE");
+}
+
 void add_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train a model (TOML config plus --section.key value overrides)");
   auto config_path = std::make_shared<std::string>();
-  cmd->add_option("--config,--job.config_file", *config_path, "TOML job config");
+  cmd->add_option("--config,--job.config_file", *config_path, "TOML job config")->check(config_file_check());
   // Overrides are not declared to CLI11: the config table is their single definition, and
   // config::load_job_config rejects unknown keys with the key's name.
   cmd->allow_extras();

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 #include <set>
 
 #include "ctitan/checkpoint/hf/hf_config.h"
@@ -203,6 +204,51 @@ TEST(HfExport, BadInputsAreOneLineErrors) {
   config.erase("hidden_size");
   testing::write_file((dir.path() / "hf2" / "config.json").string(), config.dump());
   EXPECT_NE(error_of([&] { import_hf(dir.path() / "hf2"); }).find("missing key 'hidden_size'"), std::string::npos);
+}
+
+// Issue #17: a config.json with rms_norm_eps -1 imported, and generate printed zeros with exit 0.
+// Every value is checked for type and range, and the error names the file and the key.
+TEST(HfConfig, RefusesNonsenseValuesNamingTheKey) {
+  const auto good = hf_config_json(small_args(), torch::kFloat, std::nullopt);
+  ASSERT_EQ(error_of([&] { model_args_from_hf_config(good, "m/config.json"); }), "");
+  struct Case {
+    std::string key;
+    nlohmann::json value;
+    std::string expected;  // in the message, after "m/config.json: "
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const std::vector<Case> cases = {
+      {"rms_norm_eps", -1, "key 'rms_norm_eps' must be a finite number > 0 (got -1)"},
+      {"rms_norm_eps", 0, "key 'rms_norm_eps' must be a finite number > 0 (got 0)"},
+      {"rms_norm_eps", nan, "key 'rms_norm_eps' must be a finite number > 0"},
+      {"rms_norm_eps", "1e-5", "key 'rms_norm_eps' has the wrong type"},
+      {"rope_theta", -10000.0, "key 'rope_theta' must be a finite number > 0 (got -10000.0)"},
+      {"rope_theta", 0, "key 'rope_theta' must be a finite number > 0 (got 0)"},
+      {"rope_theta", inf, "key 'rope_theta' must be a finite number > 0"},
+      {"hidden_size", 0, "key 'hidden_size' must be a positive integer"},
+      {"hidden_size", 32.5, "key 'hidden_size' has the wrong type (32.5)"},
+      {"num_hidden_layers", -2, "key 'num_hidden_layers' must be a positive integer"},
+      {"num_hidden_layers", true, "key 'num_hidden_layers' has the wrong type (true)"},
+      {"num_attention_heads", 0, "key 'num_attention_heads' must be a positive integer"},
+      {"num_key_value_heads", -1, "key 'num_key_value_heads' must be a positive integer"},
+      {"vocab_size", int64_t(1) << 62, "key 'vocab_size' must be a positive integer up to 2147483648"},
+      {"intermediate_size", 0, "key 'intermediate_size' must be a positive integer"},
+      {"max_position_embeddings", -64, "key 'max_position_embeddings' must be a positive integer"},
+      {"tie_word_embeddings", "yes", "key 'tie_word_embeddings' must be true or false"},
+  };
+  for (const auto& c : cases) {
+    auto config = good;
+    config[c.key] = c.value;
+    auto error = error_of([&] { model_args_from_hf_config(config, "m/config.json"); });
+    EXPECT_NE(error.find("m/config.json: " + c.expected), std::string::npos)
+        << c.key << " = " << c.value.dump() << ": " << error;
+  }
+  // transformers 5.x spells theta inside rope_parameters: checked the same way.
+  auto config = good;
+  config.erase("rope_theta");
+  config["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", -1}};
+  EXPECT_NE(error_of([&] { model_args_from_hf_config(config, "m/config.json"); })
+                .find("rope_parameters: key 'rope_theta' must be a finite number > 0"), std::string::npos);
 }
 
 TEST(HfConfig, FfnSizeIsReproducedForAnyIntermediateSize) {

@@ -110,5 +110,64 @@ TEST(Safetensors, RejectsMalformedFilesWithOneLineNamingTheFile) {
   EXPECT_EQ(load_error(dir, raw_file("{" + ok_entry + "}", data)), "");
 }
 
+// The format's data section is tiled exactly by the tensors (safetensors' README: "the byte buffer
+// needs to be entirely indexed, and cannot contain holes"; the reference reader, safetensors 0.8,
+// refuses each case below with "invalid offset" or "file not fully covered"). Issue #17: a file
+// whose tensors overlapped loaded one layer's bytes into another's tensor without complaint.
+TEST(Safetensors, RefusesOverlapsGapsAndTrailingBytes) {
+  TempDir dir;
+  auto data = float_bytes({1.f, 2.f, 3.f, 4.f});
+  auto overlap = load_error(dir, raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                          R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]},)"
+                                          R"("c":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}})", data));
+  EXPECT_NE(overlap.find("tensors 'a' [0, 8) and 'b' [4, 12) overlap"), std::string::npos) << overlap;
+  // Two names for the same bytes are an overlap too.
+  auto alias = load_error(dir, raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                        R"("b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data.substr(0, 8)));
+  EXPECT_NE(alias.find("overlap"), std::string::npos) << alias;
+  auto gap = load_error(dir, raw_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                                      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", data));
+  EXPECT_NE(gap.find("bytes [4, 8) before tensor 'b' belong to no tensor"), std::string::npos) << gap;
+  auto leading = load_error(dir, raw_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[4,16]}})", data));
+  EXPECT_NE(leading.find("bytes [0, 4) before tensor 'a'"), std::string::npos) << leading;
+  auto trailing = load_error(dir, raw_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]}})", data));
+  EXPECT_NE(trailing.find("bytes [12, 16) after the last tensor"), std::string::npos) << trailing;
+  // An empty tensor inside another's bytes is an overlap as well.
+  auto inside = load_error(dir, raw_file(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                                         R"("e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})", data));
+  EXPECT_NE(inside.find("overlap"), std::string::npos) << inside;
+}
+
+// What the format allows: offsets in any order relative to the names, and empty tensors (no
+// bytes) at a boundary, as the reference reader accepts them.
+TEST(Safetensors, AcceptsAnyTensorOrderAndEmptyTensorsAtBoundaries) {
+  TempDir dir;
+  auto path = dir.file("ok.safetensors");
+  testing::write_file(path, raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},)"
+                                     R"("b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                     R"("e":{"dtype":"F32","shape":[0,3],"data_offsets":[8,8]},)"
+                                     R"("z":{"dtype":"F32","shape":[0],"data_offsets":[16,16]}})",
+                                     float_bytes({1.f, 2.f, 3.f, 4.f})));
+  auto file = load_safetensors(path);
+  EXPECT_TRUE(torch::equal(file.tensors.at("a"), torch::tensor({3.f, 4.f})));
+  EXPECT_TRUE(torch::equal(file.tensors.at("b"), torch::tensor({1.f, 2.f})));
+  EXPECT_EQ(file.tensors.at("e").sizes(), torch::IntArrayRef({0, 3}));
+  EXPECT_EQ(file.tensors.at("z").numel(), 0);
+}
+
+// Issue #17: shape [2^62, 2^62] wrapped to 0 bytes, passed the size check and ended in
+// "internal error: Storage size calculation overflowed" naming no file. The element count and
+// byte size are now checked products; the error names the file (load_error) and the tensor.
+TEST(Safetensors, RefusesShapesWhoseSizeOverflows) {
+  TempDir dir;
+  const std::string big = std::to_string(uint64_t(1) << 62);
+  for (const std::string& shape : {"[" + big + "," + big + "]", "[" + big + ",4]",  // 2^64 bytes of F32
+                                   std::string("[18446744073709551615]"), std::string("[9223372036854775808]")}) {
+    auto error = load_error(dir, raw_file(R"({"huge":{"dtype":"F32","shape":)" + shape + R"(,"data_offsets":[0,0]}})", ""));
+    EXPECT_NE(error.find("tensor 'huge' has shape"), std::string::npos) << shape << ": " << error;
+    EXPECT_NE(error.find("overflows"), std::string::npos) << shape << ": " << error;
+  }
+}
+
 }  // namespace
 }  // namespace ctitan::checkpoint::hf

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
+#include <type_traits>
+
 #include "ctitan/common/dtype_names.h"
 #include "ctitan/common/error.h"
 
@@ -11,16 +14,45 @@ namespace {
 
 using models::llama::ModelArgs;
 
+// nlohmann's get<> converts freely (true -> 1, 64.9 -> 64); a config that says either is wrong,
+// so the JSON type is checked first: integers for sizes, any number for eps and theta.
 template <typename T>
 T require_field(const nlohmann::json& config, const std::string& key, const std::string& source) {
   if (!config.contains(key) || config[key].is_null()) {
     throw InputError(fmt::format("{}: missing key '{}'", source, key));
   }
-  try {
-    return config[key].get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw InputError(fmt::format("{}: key '{}' has the wrong type ({})", source, key, config[key].dump()));
+  const auto& v = config[key];
+  bool ok = std::is_integral_v<T> ? v.is_number_integer() : std::is_floating_point_v<T> ? v.is_number() : true;
+  if (ok) {
+    try {
+      return v.get<T>();
+    } catch (const nlohmann::json::exception&) {
+    }
   }
+  throw InputError(fmt::format("{}: key '{}' has the wrong type ({})", source, key, v.dump()));
+}
+
+// Sizes beyond this are no Llama and would overflow the shape arithmetic (vocab x dim, 4 x dim).
+constexpr int64_t kMaxSize = int64_t(1) << 31;
+
+// A size key: an integer in [1, kMaxSize].
+int64_t require_size(const nlohmann::json& config, const std::string& key, const std::string& source) {
+  auto v = require_field<int64_t>(config, key, source);
+  if (v <= 0 || v > kMaxSize) {
+    throw InputError(fmt::format("{}: key '{}' must be a positive integer up to {} (got {})", source, key, kMaxSize,
+                                 config[key].dump()));
+  }
+  return v;
+}
+
+// rms_norm_eps, rope_theta: a finite number > 0 (eps <= 0 divides by zero on a zero row; a
+// non-positive theta makes every RoPE frequency NaN or infinite).
+double require_positive(const nlohmann::json& config, const std::string& key, const std::string& source) {
+  auto v = require_field<double>(config, key, source);
+  if (!std::isfinite(v) || v <= 0) {
+    throw InputError(fmt::format("{}: key '{}' must be a finite number > 0 (got {})", source, key, config[key].dump()));
+  }
+  return v;
 }
 
 // A key that must hold `expected` when present: a feature ctitan's Llama does not have.
@@ -36,13 +68,13 @@ void require_absent_or(const nlohmann::json& config, const std::string& key, con
 // `rope_parameters: {rope_type, rope_theta}`. Plain RoPE only: a scaled variant ("llama3",
 // "yarn", ...) would load and silently compute something else.
 double rope_theta_of(const nlohmann::json& config, const std::string& source) {
-  if (config.contains("rope_theta")) return require_field<double>(config, "rope_theta", source);
+  if (config.contains("rope_theta")) return require_positive(config, "rope_theta", source);
   if (!config.contains("rope_parameters") || !config["rope_parameters"].is_object()) {
     throw InputError(fmt::format("{}: missing key 'rope_theta' (or 'rope_parameters.rope_theta')", source));
   }
   const auto& rope = config["rope_parameters"];
   require_absent_or(rope, "rope_type", "default", source + ": rope_parameters");
-  return require_field<double>(rope, "rope_theta", source + ": rope_parameters");
+  return require_positive(rope, "rope_theta", source + ": rope_parameters");
 }
 
 }  // namespace
@@ -95,30 +127,32 @@ ModelArgs model_args_from_hf_config(const nlohmann::json& config, const std::str
   require_absent_or(config, "mlp_bias", false, source);
   require_absent_or(config, "rope_scaling", nullptr, source);
   ModelArgs args;
-  args.dim = require_field<int64_t>(config, "hidden_size", source);
-  args.n_layers = require_field<int64_t>(config, "num_hidden_layers", source);
-  args.n_heads = require_field<int64_t>(config, "num_attention_heads", source);
-  args.n_kv_heads = config.contains("num_key_value_heads") ? require_field<int64_t>(config, "num_key_value_heads", source)
-                                                           : args.n_heads;
-  args.vocab_size = require_field<int64_t>(config, "vocab_size", source);
-  args.norm_eps = require_field<double>(config, "rms_norm_eps", source);
+  args.dim = require_size(config, "hidden_size", source);
+  args.n_layers = require_size(config, "num_hidden_layers", source);
+  args.n_heads = require_size(config, "num_attention_heads", source);
+  args.n_kv_heads = config.contains("num_key_value_heads") && !config["num_key_value_heads"].is_null()
+                        ? require_size(config, "num_key_value_heads", source)
+                        : args.n_heads;
+  args.vocab_size = require_size(config, "vocab_size", source);
+  args.norm_eps = require_positive(config, "rms_norm_eps", source);
   args.rope_theta = rope_theta_of(config, source);
-  args.max_seq_len = require_field<int64_t>(config, "max_position_embeddings", source);
-  for (auto [key, v] : {std::pair{"hidden_size", args.dim}, {"num_hidden_layers", args.n_layers},
-                        {"num_attention_heads", args.n_heads}, {"num_key_value_heads", args.n_kv_heads},
-                        {"vocab_size", args.vocab_size}, {"max_position_embeddings", args.max_seq_len}}) {
-    if (v <= 0) throw InputError(fmt::format("{}: key '{}' must be positive (got {})", source, key, v));
-  }
+  args.max_seq_len = require_size(config, "max_position_embeddings", source);
   if (args.dim % args.n_heads != 0 || args.head_dim() % 2 != 0 || args.n_heads % args.n_kv_heads != 0) {
     throw InputError(fmt::format("{}: hidden_size {} / num_attention_heads {} / num_key_value_heads {} do not split "
                                  "into even heads", source, args.dim, args.n_heads, args.n_kv_heads));
   }
-  if (config.contains("head_dim") && require_field<int64_t>(config, "head_dim", source) != args.head_dim()) {
+  if (config.contains("head_dim") && !config["head_dim"].is_null() &&
+      require_field<int64_t>(config, "head_dim", source) != args.head_dim()) {
     throw InputError(fmt::format("{}: key 'head_dim' must be hidden_size / num_attention_heads = {}", source,
                                  args.head_dim()));
   }
-  auto hidden = require_field<int64_t>(config, "intermediate_size", source);
-  if (hidden <= 0) throw InputError(fmt::format("{}: key 'intermediate_size' must be positive", source));
+  // Read by import_hf; checked here so that a wrong type is named rather than thrown by nlohmann.
+  if (config.contains("tie_word_embeddings") && !config["tie_word_embeddings"].is_null() &&
+      !config["tie_word_embeddings"].is_boolean()) {
+    throw InputError(fmt::format("{}: key 'tie_word_embeddings' must be true or false (got {})", source,
+                                 config["tie_word_embeddings"].dump()));
+  }
+  auto hidden = require_size(config, "intermediate_size", source);
   return with_ffn_hidden_dim(args, hidden);
 }
 

@@ -1,15 +1,21 @@
 #include "ctitan/checkpoint/hf/hf_export.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <stdlib.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
 
 #include "ctitan/checkpoint/hf/hf_config.h"
+#include "ctitan/checkpoint/hf/hf_import.h"
 #include "ctitan/checkpoint/hf/hf_names.h"
 #include "ctitan/checkpoint/hf/safetensors.h"
+#include "ctitan/checkpoint/metadata.h"
 #include "ctitan/common/error.h"
 #include "ctitan/common/progress_bar.h"
 #include "ctitan/data/hf_tokenizer_json.h"
@@ -56,9 +62,7 @@ void write_json(const fs::path& path, const nlohmann::json& j) {
 
 int export_hf(const StateDict& model, const ModelArgs& args, const HfExportOptions& options, const fs::path& out_dir) {
   check_llama_state(model, args, "HF export");
-  if (fs::exists(out_dir) && !(fs::is_directory(out_dir) && fs::is_empty(out_dir))) {
-    throw InputError(fmt::format("HF export: output {} already exists and is not an empty directory", out_dir.string()));
-  }
+  check_output_dir(out_dir, options.overwrite, "HF export: output");
   if (options.max_shard_bytes <= 0) throw InputError("HF export: max shard size must be positive");
 
   std::optional<SpecialTokens> specials;
@@ -86,38 +90,87 @@ int export_hf(const StateDict& model, const ModelArgs& args, const HfExportOptio
     total_bytes += bytes;
   }
 
-  auto staging = out_dir;
-  staging += ".partial";
-  fs::remove_all(staging);
-  fs::create_directories(staging);
   const std::map<std::string, std::string> metadata{{"format", "pt"}};
   int n = static_cast<int>(shards.size());
-  if (n == 1) {
-    save_safetensors(staging / "model.safetensors", shards[0], metadata);
-  } else {
-    nlohmann::json weight_map = nlohmann::json::object();
-    ProgressBar progress("safetensors files written", n);
-    for (int i = 0; i < n; ++i) {
-      auto file = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, n);
-      save_safetensors(staging / file, shards[size_t(i)], metadata);
-      for (const auto& [name, _] : shards[size_t(i)]) weight_map[name] = file;
-      progress.add();
+  write_directory_whole(out_dir, [&](const fs::path& staging) {
+    if (n == 1) {
+      save_safetensors(staging / "model.safetensors", shards[0], metadata);
+    } else {
+      nlohmann::json weight_map = nlohmann::json::object();
+      ProgressBar progress("safetensors files written", n);
+      for (int i = 0; i < n; ++i) {
+        auto file = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, n);
+        save_safetensors(staging / file, shards[size_t(i)], metadata);
+        for (const auto& [name, _] : shards[size_t(i)]) weight_map[name] = file;
+        progress.add();
+      }
+      write_json(staging / "model.safetensors.index.json",
+                 {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}});
     }
-    write_json(staging / "model.safetensors.index.json",
-               {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}});
-  }
-  write_json(staging / "config.json", hf_config_json(args, options.dtype, specials));
-  if (tokenizer) {
-    // tokenizer.json is what `transformers` loads; tokenizer.model (the tiktoken file Meta ships)
-    // too when the tokenizer fits that format.
-    data::write_hf_tokenizer_files(*tokenizer, staging);
-    if (tokenizer->fits_tiktoken_format()) tokenizer->save((staging / "tokenizer.model").string());
-  }
-
-  if (fs::exists(out_dir)) fs::remove(out_dir);  // empty, checked above
-  if (out_dir.has_parent_path()) fs::create_directories(out_dir.parent_path());
-  fs::rename(staging, out_dir);
+    write_json(staging / "config.json", hf_config_json(args, options.dtype, specials));
+    if (tokenizer) {
+      // tokenizer.json is what `transformers` loads; tokenizer.model (the tiktoken file Meta ships)
+      // too when the tokenizer fits that format.
+      data::write_hf_tokenizer_files(*tokenizer, staging);
+      if (tokenizer->fits_tiktoken_format()) tokenizer->save((staging / "tokenizer.model").string());
+    }
+  });
   return n;
+}
+
+void check_output_dir(const fs::path& out_dir, bool overwrite, const std::string& what) {
+  std::error_code ec;
+  auto status = fs::status(out_dir, ec);  // through a symlink: what matters is what it names
+  if (status.type() == fs::file_type::not_found) return;
+  if (ec) throw InputError(fmt::format("{} {}: cannot check it: {}", what, out_dir.string(), ec.message()));
+  if (!fs::is_directory(status)) {
+    throw InputError(fmt::format("{} {} already exists and is not a directory", what, out_dir.string()));
+  }
+  bool empty = fs::is_empty(out_dir, ec);
+  if (ec) throw InputError(fmt::format("{} {}: cannot list it: {}", what, out_dir.string(), ec.message()));
+  if (empty || overwrite) return;
+  // Issue #17: an import over a training run's step-15 silently replaced its optimizer state.
+  std::string kind = fs::exists(out_dir / kMetadataFile, ec) ? " (a checkpoint step directory)"
+                     : is_hf_dir(out_dir)                     ? " (an HF export)"
+                                                              : "";
+  throw InputError(fmt::format("{} {} already exists and is not empty{}; pass --overwrite to replace it", what,
+                               out_dir.string(), kind));
+}
+
+void write_directory_whole(const fs::path& out_dir, const std::function<void(const fs::path&)>& write) {
+  // "out/", "./out" and "out" name one directory; so does "." its parent's entry.
+  fs::path target = fs::absolute(out_dir).lexically_normal();
+  if (!target.has_filename()) target = target.parent_path();
+  if (target.has_parent_path()) fs::create_directories(target.parent_path());
+  // A unique sibling (same file system, so the renames below are atomic): two commands writing
+  // the same output never share it, and nothing of the user's is ever reused or deleted as one.
+  std::string temp_name = target.string() + ".partial-XXXXXX";
+  if (::mkdtemp(temp_name.data()) == nullptr) {
+    throw IoError(fmt::format("cannot create a directory beside {}: {}", target.string(), std::strerror(errno)));
+  }
+  const fs::path temp = temp_name, staging = temp / "new" / target.filename(), replaced = temp / "old";
+  try {
+    fs::create_directories(staging);
+    write(staging);
+    // rename(2) replaces only an empty directory: move the old one aside first.
+    if (fs::exists(fs::symlink_status(target))) fs::rename(target, replaced);
+    fs::rename(staging, target);
+  } catch (...) {
+    std::error_code ec;
+    if (fs::exists(replaced, ec)) {
+      // The old directory was moved aside but the new one did not take its place: put it back,
+      // and never delete it with the temporary.
+      if (!fs::exists(fs::symlink_status(target, ec))) fs::rename(replaced, target, ec);
+      if (!ec) fs::remove_all(temp, ec);
+    } else {
+      fs::remove_all(temp, ec);
+    }
+    throw;
+  }
+  std::error_code ec;
+  fs::remove_all(temp, ec);
+  if (ec) spdlog::warn("{} is written, but the replaced directory is left in {}: {}", target.string(), temp.string(),
+                       ec.message());
 }
 
 }  // namespace ctitan::checkpoint::hf

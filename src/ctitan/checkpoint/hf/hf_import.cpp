@@ -85,7 +85,8 @@ HfModel import_hf(const fs::path& dir) {
     }
   }
   // A config that ties the head to the embeddings ships no lm_head.weight.
-  if (!result.model.count("output.weight") && config.value("tie_word_embeddings", false) &&
+  if (!result.model.count("output.weight") && config.contains("tie_word_embeddings") &&
+      config["tie_word_embeddings"].is_boolean() && config["tie_word_embeddings"].get<bool>() &&
       result.model.count("tok_embeddings.weight")) {
     result.model["output.weight"] = result.model["tok_embeddings.weight"].clone();
   }

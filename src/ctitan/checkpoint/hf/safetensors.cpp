@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <climits>
 #include <fstream>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -41,8 +44,9 @@ uint64_t read_u64_le(const unsigned char* b) {
   return v;
 }
 
-// One header entry, checked against the data section of `data_size` bytes.
+// One header entry, checked on its own against the data section of `data_size` bytes.
 struct Entry {
+  std::string name;
   torch::ScalarType dtype;
   std::vector<int64_t> shape;
   uint64_t begin, end;
@@ -55,12 +59,21 @@ Entry parse_entry(const std::filesystem::path& path, const std::string& name, co
       j["data_offsets"].size() != 2) {
     fail(path, fmt::format("bad header: tensor '{}' needs dtype, shape and data_offsets [begin, end]", name));
   }
-  Entry e{scalar_type_of(path, name, j["dtype"].get<std::string>()), {}, 0, 0};
+  Entry e{name, scalar_type_of(path, name, j["dtype"].get<std::string>()), {}, 0, 0};
+  // The element count as the reference reader computes it: a product from the left, refused on
+  // overflow (a shape [2^62, 2^62] would otherwise wrap to 0 bytes and pass the size check).
   uint64_t numel = 1;
+  bool overflow = false;
   for (const auto& d : j["shape"]) {
     if (!d.is_number_unsigned()) fail(path, fmt::format("bad header: tensor '{}' has a non-integer dimension", name));
-    e.shape.push_back(d.get<int64_t>());
-    numel *= d.get<uint64_t>();
+    auto size = d.get<uint64_t>();
+    overflow = overflow || size > uint64_t(INT64_MAX) || __builtin_mul_overflow(numel, size, &numel);
+    e.shape.push_back(static_cast<int64_t>(size));
+  }
+  uint64_t expected = 0;
+  if (overflow || __builtin_mul_overflow(numel, uint64_t(c10::elementSize(e.dtype)), &expected) ||
+      expected > uint64_t(INT64_MAX)) {
+    fail(path, fmt::format("tensor '{}' has shape {}: its byte size overflows 64 bits", name, j["shape"].dump()));
   }
   for (const auto& o : j["data_offsets"]) {
     if (!o.is_number_unsigned()) fail(path, fmt::format("bad header: tensor '{}' has a non-integer offset", name));
@@ -71,12 +84,41 @@ Entry parse_entry(const std::filesystem::path& path, const std::string& name, co
     fail(path, fmt::format("tensor '{}' data_offsets [{}, {}) out of range (data section has {} bytes)", name,
                            e.begin, e.end, data_size));
   }
-  uint64_t expected = numel * c10::elementSize(e.dtype);
   if (e.end - e.begin != expected) {
     fail(path, fmt::format("tensor '{}' spans {} bytes but its shape and dtype need {}", name, e.end - e.begin,
                            expected));
   }
   return e;
+}
+
+// The format requires the tensors to tile the data section exactly: no byte shared by two
+// tensors (an overlap would load one tensor's bytes into another), none unowned (a gap can hide
+// a second payload), none after the last tensor. The reference reader (safetensors 0.8) refuses
+// the same three. Empty tensors take no bytes and may sit at any boundary.
+void check_layout(const std::filesystem::path& path, std::vector<const Entry*> entries, uint64_t data_size) {
+  std::sort(entries.begin(), entries.end(), [](const Entry* a, const Entry* b) {
+    return std::tie(a->begin, a->end) < std::tie(b->begin, b->end);
+  });
+  uint64_t covered = 0;  // bytes [0, covered) belong to the tensors seen so far
+  const Entry* last = nullptr;
+  for (const Entry* e : entries) {
+    if (e->begin < covered) {
+      fail(path, fmt::format("tensors '{}' [{}, {}) and '{}' [{}, {}) overlap in the data section", last->name,
+                             last->begin, last->end, e->name, e->begin, e->end));
+    }
+    if (e->begin > covered) {
+      fail(path, fmt::format("data section bytes [{}, {}) before tensor '{}' belong to no tensor (the format "
+                             "allows no gaps)", covered, e->begin, e->name));
+    }
+    if (e->end > covered) {
+      covered = e->end;
+      last = e;
+    }
+  }
+  if (covered != data_size) {
+    fail(path, fmt::format("data section bytes [{}, {}) after the last tensor belong to no tensor (the format "
+                           "allows no trailing data)", covered, data_size));
+  }
 }
 
 }  // namespace
@@ -151,6 +193,7 @@ SafetensorsFile load_safetensors(const std::filesystem::path& path) {
 
   SafetensorsFile result;
   uint64_t data_start = 8 + header_size, data_size = file_size - data_start;
+  std::vector<Entry> entries;
   for (const auto& [name, j] : header.items()) {
     if (name == "__metadata__") {
       if (!j.is_object()) fail(path, "bad header: __metadata__ is not an object");
@@ -160,12 +203,25 @@ SafetensorsFile load_safetensors(const std::filesystem::path& path) {
       }
       continue;
     }
-    auto e = parse_entry(path, name, j, data_size);
-    auto t = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
+    entries.push_back(parse_entry(path, name, j, data_size));
+  }
+  std::vector<const Entry*> layout;
+  for (const auto& e : entries) layout.push_back(&e);
+  check_layout(path, layout, data_size);
+
+  for (const auto& e : entries) {
+    torch::Tensor t;
+    try {
+      t = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
+    } catch (const c10::Error& err) {
+      // Sizes that pass the checks above but not libtorch's (or the memory there is).
+      std::string why = err.what_without_backtrace();
+      fail(path, fmt::format("tensor '{}' cannot be allocated: {}", e.name, why.substr(0, why.find('\n'))));
+    }
     in.seekg(static_cast<std::streamoff>(data_start + e.begin));
     in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e.end - e.begin));
-    if (!in) fail(path, fmt::format("read of tensor '{}' failed", name));
-    result.tensors.emplace(name, std::move(t));
+    if (!in) fail(path, fmt::format("read of tensor '{}' failed", e.name));
+    result.tensors.emplace(e.name, std::move(t));
   }
   return result;
 }

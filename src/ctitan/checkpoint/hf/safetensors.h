@@ -32,8 +32,9 @@ struct SafetensorsFile {
   std::map<std::string, std::string> metadata;   // the header's __metadata__
 };
 
-// Reads and validates a whole file: truncated file, bad header JSON, unknown dtype, offsets out
-// of range or not matching the shape each throw InputError("safetensors <path>: ...").
+// Reads and validates a whole file: truncated file, bad header JSON, unknown dtype, a shape whose
+// byte size overflows, offsets out of range or not matching the shape, tensors that overlap or
+// leave bytes of the data section unowned each throw InputError("safetensors <path>: ...").
 SafetensorsFile load_safetensors(const std::filesystem::path& path);
 
 }  // namespace ctitan::checkpoint::hf
