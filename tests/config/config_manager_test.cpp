@@ -139,6 +139,11 @@ TEST(ConfigManager, FuzzFindingsOneLineMessagesAndLongKeys) {
   expect_config_error("", {"--training-/paral[job]\ndump_folder"}, "unknown option --training-/paral[job]\\ndump_folder");
   expect_config_error("[model]\nname = \"llama\\n3\"\n", {}, "model.name must be llama3 (got 'llama\\n3')");
   expect_config_error("[\"train\\ring\"]\n", {}, "unknown section [train\\ring]");
+  // A value that is not UTF-8 printed (to_toml) as another string than it was.
+  expect_config_error("", {"--training.dataset_path", "1\x96"}, "--training.dataset_path must be UTF-8 text (got '1\\x96')");
+  expect_config_error("", {"--job.description", "\xed\xa0\x80"}, "must be UTF-8 text");  // a surrogate
+  EXPECT_EQ(parse_job_config("", "job.toml", {"--job.description", "\xc3\xa9t\xc3\xa9 \xf0\x9f\x98\x80"}).job.description,
+            "\xc3\xa9t\xc3\xa9 \xf0\x9f\x98\x80");
   const auto start = std::chrono::steady_clock::now();
   expect_config_error("", {"--" + std::string(1 << 20, 'x') + ".steps", "1"}, "unknown key --xxx");
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));

@@ -210,6 +210,18 @@ TEST(HfTokenizerJson, RefusesWhatItWouldEncodeDifferently) {
   j["added_tokens"] = nlohmann::json::array();
   expect_refused(j, "no BOS");
   expect_refused(nullptr, "not a JSON object");
+  // Found while writing fuzz/hf_tokenizer_json_fuzzer (corpus regress_*): a key of the wrong JSON
+  // type escaped as nlohmann::json::type_error (terminate), and the split pattern's errors did
+  // not name the file.
+  j = good;
+  j["model"]["type"] = 3;
+  expect_refused(j, "type must be string");
+  j = good;
+  j["pre_tokenizer"]["pretokenizers"] = {{"a", 1}, {"b", 2}};
+  expect_refused(j, "cannot use operator[]");
+  j = good;
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(\n";
+  expect_refused(j, "split pattern does not compile");
 }
 
 }  // namespace

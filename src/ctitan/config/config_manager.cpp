@@ -101,6 +101,26 @@ void set_from_toml(Field& f, const toml::node& node, const std::string& origin) 
   }
 }
 
+// Whether `text` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+bool is_utf8(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    // n continuation bytes follow the lead byte c; 4 marks a byte that cannot lead.
+    const size_t n = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xe ? 2 : (c >> 3) == 0x1e ? 3 : 4;
+    if (n == 4 || text.size() - i <= n) return false;
+    uint32_t cp = n == 0 ? c : c & (0x3f >> n);
+    for (size_t k = 1; k <= n; ++k) {
+      const auto cc = static_cast<unsigned char>(text[i + k]);
+      if ((cc & 0xc0) != 0x80) return false;
+      cp = cp << 6 | (cc & 0x3f);
+    }
+    constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
 void set_from_string(Field& f, const std::string& text) {
   auto fail = [&] {
     throw ConfigError(fmt::format("--{} must be {} (got '{}')", f.dotted(), type_name(f), text));
@@ -111,6 +131,13 @@ void set_from_string(Field& f, const std::string& text) {
         if constexpr (std::is_same_v<T, Choice>) {
           if (!set_choice(target, text)) fail();
         } else if constexpr (std::is_same_v<T, std::string>) {
+          // As in a TOML file, which must be UTF-8: otherwise the resolved config (printed, hashed
+          // by rendezvous, stored in checkpoints) would not read back as the same value.
+          if (!is_utf8(text)) {
+            std::string shown;
+            for (unsigned char c : text) shown += c < 0x80 ? std::string(1, char(c)) : fmt::format("\\x{:02x}", c);
+            throw ConfigError(fmt::format("--{} must be UTF-8 text (got '{}')", f.dotted(), shown));
+          }
           *target = text;
         } else if constexpr (std::is_same_v<T, bool>) {
           if (text == "true" || text == "1") *target = true;
