@@ -5,6 +5,8 @@
 #include <cstdlib>
 
 #include "ctitan/common/error.h"
+#include "ctitan/distributed/init_distributed.h"
+#include "support/thread_ranks.h"
 
 namespace ctitan::distributed {
 namespace {
@@ -84,6 +86,55 @@ TEST(DistEnv, BadValuesNameTheVariable) {
   {
     EnvScope env({{"RANK", "2"}, {"WORLD_SIZE", "2"}});
     EXPECT_THROW(read_dist_env(), InputError);
+  }
+}
+
+// Rendezvous on thread ranks over one in-memory store: each call gets (rank, WORLD_SIZE); every
+// participant's one-line error, "" for one that joined.
+std::vector<std::string> rendezvous(const std::vector<std::pair<int, int>>& claims) {
+  auto store = testing::in_memory_store();
+  std::vector<std::string> errors(claims.size());
+  testing::on_thread_ranks(int(claims.size()), [&](int i) {
+    try {
+      join_rendezvous(*store, claims[size_t(i)].first, claims[size_t(i)].second, std::chrono::seconds(20));
+    } catch (const InputError& e) {
+      errors[size_t(i)] = e.what();
+    }
+  });
+  return errors;
+}
+
+TEST(Rendezvous, MatchingRanksJoin) {
+  EXPECT_EQ(rendezvous({{0, 3}, {1, 3}, {2, 3}}), (std::vector<std::string>{"", "", ""}));
+}
+
+// Issue #17: WORLD_SIZE 2 vs 3 hung until the init timeout with "Socket Timeout". Both ranks now
+// stop at once, naming both values.
+TEST(Rendezvous, DisagreeingWorldSizesStopEveryRankNamingThem) {
+  for (const auto& e : rendezvous({{0, 2}, {1, 3}})) {
+    EXPECT_NE(e.find("rendezvous error: rank "), std::string::npos) << e;
+    EXPECT_NE(e.find("has WORLD_SIZE"), std::string::npos) << e;
+    EXPECT_TRUE(e.find("WORLD_SIZE 2 but rank") != std::string::npos || e.find("WORLD_SIZE 3 but rank") != std::string::npos)
+        << e;
+  }
+}
+
+// Issue #17: two ranks with the same RANK gave "Address already in use". Both stop, naming the
+// RANK and both processes.
+TEST(Rendezvous, ARankGivenTwiceStopsEveryRankNamingIt) {
+  for (const auto& e : rendezvous({{0, 2}, {0, 2}})) {
+    EXPECT_NE(e.find("rendezvous error: RANK 0 is given to two processes (pid "), std::string::npos) << e;
+  }
+}
+
+TEST(Rendezvous, ARankThatNeverArrivesIsNamed) {
+  auto store = testing::in_memory_store();
+  try {
+    join_rendezvous(*store, 0, 3, std::chrono::milliseconds(300));
+    FAIL() << "joined without ranks 1 and 2";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "rendezvous error: rank 0 waited 0s for rank(s) 1, 2 of WORLD_SIZE 3 "
+                                     "(comm.init_timeout_seconds)");
   }
 }
 

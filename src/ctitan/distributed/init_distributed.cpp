@@ -4,7 +4,11 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
+#include <random>
 #include <sstream>
+#include <thread>
 
 #include "ctitan/common/error.h"
 #include "ctitan/config/config_manager.h"
@@ -66,12 +70,73 @@ void check_configs_agree(c10d::Store& store, int rank, int world_size, const std
   }
 }
 
+namespace {
+
+// "pid 123 on host#nonce": the nonce tells two claims apart even from one process (tests run
+// ranks as threads); messages show the part before '#'.
+std::string this_claimant() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  return fmt::format("pid {} on {}#{:x}", ::getpid(), host, std::random_device{}());
+}
+
+std::string shown(const std::string& claimant) { return claimant.substr(0, claimant.find('#')); }
+
+}  // namespace
+
+void join_rendezvous(c10d::Store& store, int rank, int world_size, std::chrono::milliseconds timeout) {
+  const std::string me = this_claimant();
+  const std::string error_key = "rendezvous/error";
+  auto fail = [&](const std::string& message) {
+    store.set(error_key, std::vector<uint8_t>(message.begin(), message.end()));  // the others stop too
+    throw InputError("rendezvous error: " + message);
+  };
+  // RANK: the first process to claim it owns it; a second is named with the first.
+  auto claimed = store.compareSet(fmt::format("rendezvous/rank/{}", rank), {}, std::vector<uint8_t>(me.begin(), me.end()));
+  std::string owner(claimed.begin(), claimed.end());
+  if (owner != me) fail(fmt::format("RANK {} is given to two processes ({} and {})", rank, shown(owner), shown(me)));
+  auto text = std::to_string(world_size);
+  store.set(fmt::format("rendezvous/world_size/{}", rank), std::vector<uint8_t>(text.begin(), text.end()));
+  // Every rank this one expects says how many it expects; anyone's failure ends everyone's wait.
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size; ++r) keys.push_back(fmt::format("rendezvous/world_size/{}", r));
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<bool> seen(size_t(world_size), false);
+  size_t remaining = size_t(world_size);
+  while (remaining > 0) {
+    if (store.check({error_key})) {
+      auto bytes = store.get(error_key);
+      throw InputError("rendezvous error: " + std::string(bytes.begin(), bytes.end()));
+    }
+    for (int r = 0; r < world_size; ++r) {
+      if (seen[size_t(r)] || !store.check({keys[size_t(r)]})) continue;
+      auto bytes = store.get(keys[size_t(r)]);
+      std::string theirs(bytes.begin(), bytes.end());
+      if (theirs != text) fail(fmt::format("rank {} has WORLD_SIZE {} but rank {} has {}", r, theirs, rank, text));
+      seen[size_t(r)] = true;
+      --remaining;
+    }
+    if (remaining == 0) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::vector<int> missing;
+      for (int r = 0; r < world_size; ++r) {
+        if (!seen[size_t(r)]) missing.push_back(r);
+      }
+      throw InputError(fmt::format("rendezvous error: rank {} waited {}s for rank(s) {} of WORLD_SIZE {} "
+                                   "(comm.init_timeout_seconds)", rank, timeout.count() / 1000,
+                                   fmt::join(missing, ", "), world_size));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 std::unique_ptr<DistContext> init_distributed(const config::JobConfig& config, const DistEnv& env) {
   auto ctx = std::make_unique<DistContext>();
   ctx->env = env;
   ctx->dims = ParallelDims::from_config(config.parallelism, env.world_size);
   auto timeout = std::chrono::milliseconds(config.comm.init_timeout_seconds * 1000);
   ctx->store = connect_store(env, timeout);
+  join_rendezvous(*ctx->store, env.rank, env.world_size, timeout);
   check_configs_agree(*ctx->store, env.rank, env.world_size, config::to_toml(config));
   ctx->world = Communicator::create(ctx->store, "world", env.rank, env.world_size, timeout);
 

@@ -27,6 +27,13 @@ struct DistContext {
 // naming it, never a hang.
 std::unique_ptr<DistContext> init_distributed(const config::JobConfig& config, const DistEnv& env);
 
+// The first step of every rendezvous round: claims RANK (a second process with the same RANK is
+// an InputError naming both), publishes WORLD_SIZE and waits for every expected rank's, comparing
+// them (a disagreement names both ranks and values). Any rank's failure is posted to the store,
+// so every rank stops with the same one line at once instead of waiting for a timeout; a rank
+// that never arrives is named after `timeout`. Exposed for tests.
+void join_rendezvous(c10d::Store& store, int rank, int world_size, std::chrono::milliseconds timeout);
+
 // Publishes this rank's resolved config and compares all ranks' with rank 0's. A mismatch throws
 // InputError on every rank, naming the first differing rank and key. Exposed for tests.
 void check_configs_agree(c10d::Store& store, int rank, int world_size, const std::string& config_toml);

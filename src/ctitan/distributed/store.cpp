@@ -19,6 +19,12 @@ c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, std::chrono::m
   try {
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
   } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (options.isServer && what.find("in use") != std::string::npos) {
+      throw InputError(fmt::format("rendezvous error: rank 0 cannot serve the store on port {}: the address is in use "
+                                   "(another process serves it: is RANK 0 given twice, or is --master-port taken?)",
+                                   env.master_port));
+    }
     throw InputError(fmt::format("rendezvous error: rank {} could not reach the store at {}:{} within {}s: {}",
                                  env.rank, env.master_addr, env.master_port, timeout.count() / 1000,
                                  std::string(e.what()).substr(0, std::string(e.what()).find('\n'))));

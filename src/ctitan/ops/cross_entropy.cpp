@@ -90,6 +90,86 @@ torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor
   return CrossEntropySum::apply(logits, labels, ignore_index);
 }
 
+torch::Tensor row_max(const torch::Tensor& logits_in) {
+  TORCH_CHECK(logits_in.dim() == 2, "row_max: logits must be (N, V)");
+  const int64_t N = logits_in.size(0), V = logits_in.size(1);
+  if (V == 0) return torch::full({N}, -std::numeric_limits<float>::infinity(), logits_in.options().dtype(torch::kFloat));
+  if (!fused_for("cross_entropy", logits_in)) return std::get<0>(logits_in.to(torch::kFloat).max(1));
+  auto logits = logits_in.contiguous();
+  auto out = torch::empty({N}, logits.options().dtype(torch::kFloat));
+  dispatch_float_or_bf16(logits.scalar_type(), "row_max", [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = logits.data_ptr<T>();
+    float* m = out.data_ptr<float>();
+    at::parallel_for(0, N, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) m[i] = lane_max(V, [&](int64_t j) { return to_float(x[i * V + j]); });
+    });
+  });
+  return out;
+}
+
+torch::Tensor row_sum_exp(const torch::Tensor& logits_in, const torch::Tensor& shift_in) {
+  TORCH_CHECK(logits_in.dim() == 2 && shift_in.dim() == 1 && shift_in.size(0) == logits_in.size(0),
+              "row_sum_exp: logits (N, V) and shift (N)");
+  const int64_t N = logits_in.size(0), V = logits_in.size(1);
+  if (!fused_for("cross_entropy", logits_in)) {
+    return (logits_in.to(torch::kFloat) - shift_in.unsqueeze(1)).exp().sum(1);
+  }
+  auto logits = logits_in.contiguous();
+  auto shift = shift_in.to(torch::kFloat).contiguous();
+  auto out = torch::zeros({N}, shift.options());
+  if (V == 0) return out;
+  dispatch_float_or_bf16(logits.scalar_type(), "row_sum_exp", [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = logits.data_ptr<T>();
+    const float* s = shift.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    at::parallel_for(0, N, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        o[i] = lane_sum(V, [&](int64_t j) { return fast_exp(to_float(x[i * V + j]) - s[i]); });
+      }
+    });
+  });
+  return out;
+}
+
+torch::Tensor softmax_minus_onehot(const torch::Tensor& logits_in, const torch::Tensor& lse_in,
+                                   const torch::Tensor& local_label_in, const torch::Tensor& row_scale_in) {
+  const int64_t N = logits_in.size(0), V = logits_in.size(1);
+  auto lse = lse_in.to(torch::kFloat).contiguous();
+  auto scale = row_scale_in.to(torch::kFloat).contiguous();
+  auto label = local_label_in.to(torch::kLong).contiguous();
+  if (!fused_for("cross_entropy", logits_in)) {
+    auto grad = (logits_in.to(torch::kFloat) - lse.unsqueeze(1)).exp();
+    auto owned = label >= 0;
+    if (V > 0) {
+      grad.scatter_add_(1, label.clamp_min(0).unsqueeze(1), -owned.unsqueeze(1).to(torch::kFloat));
+    }
+    return (grad * scale.unsqueeze(1)).to(logits_in.scalar_type());
+  }
+  auto logits = logits_in.contiguous();
+  auto dlogits = torch::empty_like(logits);  // (N, V) in the logits' dtype
+  dispatch_float_or_bf16(logits.scalar_type(), "softmax_minus_onehot", [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = logits.data_ptr<T>();
+    T* dx = dlogits.data_ptr<T>();
+    const float *l = lse.data_ptr<float>(), *g = scale.data_ptr<float>();
+    const int64_t* y = label.data_ptr<int64_t>();
+    at::parallel_for(0, N, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const T* xr = x + i * V;
+        T* dr = dx + i * V;
+        for (int64_t j = 0; j < V; ++j) dr[j] = from_float<T>(g[i] * fast_exp(to_float(xr[j]) - l[i]));
+        if (y[i] >= 0) {
+          TORCH_CHECK(y[i] < V, "softmax_minus_onehot: local label ", y[i], " outside [0, ", V, ")");
+          dr[y[i]] = from_float<T>(g[i] * (fast_exp(to_float(xr[y[i]]) - l[i]) - 1.0f));
+        }
+      }
+    });
+  });
+  return dlogits;
+}
+
 torch::Tensor cross_entropy_sum_reference(const torch::Tensor& logits, const torch::Tensor& labels,
                                           int64_t ignore_index) {
   return torch::nn::functional::cross_entropy(

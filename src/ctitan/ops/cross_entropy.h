@@ -14,6 +14,20 @@ namespace ctitan::ops {
 // Returns sum over rows of (logsumexp(logits_row) - logits_row[label]) as a 0-d fp32 tensor.
 torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& labels, int64_t ignore_index);
 
+// The same kernels for a vocabulary split over ranks (tensor parallelism's loss parallel,
+// parallel/tp/vocab_parallel_loss.h): each streams a row of this rank's (N, V_r) logits once in
+// fp32 registers, so no fp32 copy of the logits is made, forward or backward. Tensor-op
+// fallbacks for CUDA tensors and CTITAN_DISABLE_FUSED.
+// (N,) fp32: each row's max (-inf for V_r = 0).
+torch::Tensor row_max(const torch::Tensor& logits);
+// (N,) fp32: sum_j exp(logits[i, j] - shift[i]).
+torch::Tensor row_sum_exp(const torch::Tensor& logits, const torch::Tensor& shift);
+// The gradient of a summed cross-entropy on this rank's columns, in the logits' dtype:
+// row_scale[i] * (exp(logits[i, j] - lse[i]) - [j == local_label[i]]); local_label -1 where
+// another rank owns the label, row_scale 0 for ignored rows.
+torch::Tensor softmax_minus_onehot(const torch::Tensor& logits, const torch::Tensor& lse,
+                                   const torch::Tensor& local_label, const torch::Tensor& row_scale);
+
 // torch's cross_entropy (fp32 math, reduction sum): the reference the tests compare to.
 torch::Tensor cross_entropy_sum_reference(const torch::Tensor& logits, const torch::Tensor& labels,
                                           int64_t ignore_index);

@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "ctitan/ops/cross_entropy.h"
+
 namespace ctitan::parallel::tp {
 namespace {
 
@@ -13,36 +15,30 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
                                int64_t vocab_offset, int64_t ignore_index, int64_t group_handle) {
     auto& group = *reinterpret_cast<distributed::Communicator*>(group_handle);
     torch::NoGradGuard no_grad;
-    const int64_t rows = logits.size(0), columns = logits.size(1);
-    auto x = logits.to(torch::kFloat);  // (N, V_r)
-    // (N,): the row max over the whole vocabulary; a rank without columns contributes -inf.
-    auto row_max = columns > 0 ? std::get<0>(x.max(1))
-                               : torch::full({rows}, -std::numeric_limits<float>::infinity(), x.options());
+    const int64_t columns = logits.size(1);
+    auto row_max = ops::row_max(logits);  // (N,) over this rank's columns, then over the group's
     group.all_reduce(row_max, distributed::ReduceOp::kMax);
-    auto valid = labels != ignore_index;                                             // (N,)
+    auto valid = labels != ignore_index;                                                // (N,)
     auto owned = valid & (labels >= vocab_offset) & (labels < vocab_offset + columns);  // (N,)
-    auto local_label = torch::where(owned, labels - vocab_offset, torch::zeros_like(labels));
+    auto local_label = torch::where(owned, labels - vocab_offset, torch::full_like(labels, -1));
     // (2, N): this rank's share of sum(exp(x - max)) and of the target logit.
-    auto sums = torch::zeros({2, rows}, x.options());
+    auto sums = torch::zeros({2, logits.size(0)}, row_max.options());
+    sums[0] = ops::row_sum_exp(logits, row_max);
     if (columns > 0) {
-      sums[0] = (x - row_max.unsqueeze(1)).exp().sum(1);
-      sums[1] = x.gather(1, local_label.unsqueeze(1)).squeeze(1).masked_fill(~owned, 0.0);
+      sums[1] = logits.gather(1, local_label.clamp_min(0).unsqueeze(1)).squeeze(1).to(torch::kFloat).masked_fill(~owned, 0.0);
     }
     group.all_reduce(sums, distributed::ReduceOp::kSum);
     auto lse = sums[0].log() + row_max;  // (N,)
-    auto loss = (lse - sums[1]).masked_fill(~valid, 0.0).sum();
-    ctx->save_for_backward({logits, lse, local_label, owned, valid});
+    auto loss = (lse - sums[1]).masked_fill(~valid, 0.0).to(torch::kDouble).sum().to(torch::kFloat);
+    ctx->save_for_backward({logits, lse, local_label, valid});
     return loss;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    const auto& logits = saved[0];
-    const auto &lse = saved[1], &local_label = saved[2], &owned = saved[3], &valid = saved[4];
-    // (N, V_r): softmax on this rank's columns, minus one at the label where this rank owns it.
-    auto grad = (logits.to(torch::kFloat) - lse.unsqueeze(1)).exp() * valid.unsqueeze(1).to(torch::kFloat);
-    if (grad.size(1) > 0) grad.scatter_add_(1, local_label.unsqueeze(1), -owned.unsqueeze(1).to(torch::kFloat));
-    grad = (grad * grads[0]).to(logits.scalar_type());
+    // (N,): the loss's gradient for valid rows, 0 for ignored ones.
+    auto row_scale = saved[3].to(torch::kFloat) * grads[0].to(torch::kFloat);
+    auto grad = ops::softmax_minus_onehot(saved[0], saved[1], saved[2], row_scale);  // (N, V_r)
     return {grad, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
