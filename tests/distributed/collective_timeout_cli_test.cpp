@@ -27,25 +27,32 @@ TEST(CliCollectives, SkippedCollectiveIsATimeoutErrorNotAHang) {
   EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
 }
 
-// Issue #17: a rank stalled during a checkpoint save took 331 s to fail under
-// comm.train_timeout_seconds 10, with a stack trace. Rank 1 stops itself (SIGSTOP) at the start
-// of the step-4 save; rank 0 waits for its plan for the train timeout, then fails with one line
-// naming the rank that did not arrive, and the launcher stops the job (the stopped rank too).
-// A hang would hit run_program's 120 s limit and fail the checks.
-TEST(CliCollectives, RankStalledInACheckpointSaveIsNamedWithinTheTimeout) {
+// FSDP(2) on the tiny job, 8 steps, comm.train_timeout_seconds 5, with rank 1 stopping itself
+// (SIGSTOP) where the fault variable `fault` says (at step 4). A hang would hit run_program's
+// 120 s limit and fail the callers' checks.
+testing::RunResult run_with_rank_one_stalled(const char* fault, const std::string& checkpoint_interval) {
   testing::TempDir dir;
-  setenv("CTITAN_FAULT_STALL_IN_SAVE_AT_STEP", "4", 1);
+  setenv(fault, "4", 1);
   setenv("CTITAN_FAULT_RANK", "1", 1);
   auto r = testing::run_ctitan(
       testing::concat(testing::concat({"run", "--nproc-per-node", "2", "--master-port", "0", "train"},
                                       testing::tiny_job_args(dir.path())),
                       {"--parallelism.data_parallel_shard_degree", "2", "--training.local_batch_size", "2",
-                       "--training.steps", "8", "--checkpoint.enable", "true", "--checkpoint.interval", "4",
-                       "--comm.train_timeout_seconds", "5"}),
+                       "--training.steps", "8", "--checkpoint.enable", "true", "--checkpoint.interval",
+                       checkpoint_interval, "--comm.train_timeout_seconds", "5"}),
       120);
-  unsetenv("CTITAN_FAULT_STALL_IN_SAVE_AT_STEP");
+  unsetenv(fault);
   unsetenv("CTITAN_FAULT_RANK");
   EXPECT_NE(r.exit_code, 0) << r.output;
+  return r;
+}
+
+// Issue #17: a rank stalled during a checkpoint save took 331 s to fail under
+// comm.train_timeout_seconds 10, with a stack trace. Rank 1 stops at the start of the step-4
+// save; rank 0 waits for its plan for the train timeout, then fails with one line naming the
+// rank that did not arrive, and the launcher stops the job (the stopped rank too).
+TEST(CliCollectives, RankStalledInACheckpointSaveIsNamedWithinTheTimeout) {
+  auto r = run_with_rank_one_stalled("CTITAN_FAULT_STALL_IN_SAVE_AT_STEP", "4");
   EXPECT_NE(r.output.find("rank 1 stops itself (SIGSTOP) in the checkpoint save of step 4"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("[rank0]:ctitan: error: checkpoint exchange #"), std::string::npos) << r.output;
@@ -55,23 +62,11 @@ TEST(CliCollectives, RankStalledInACheckpointSaveIsNamedWithinTheTimeout) {
 }
 
 // Issue #17: stall errors named the rank that noticed, not the rank that stalled. Rank 1 stops
-// itself (SIGSTOP) after step 3 of an FSDP(2) run; rank 0's next collective times out and names
-// rank 1 as the one that never issued it, and the launcher stops the job.
+// after step 4; rank 0's next collective times out and names rank 1 as the one that never
+// issued it.
 TEST(CliCollectives, StalledRankIsNamedByTheRankThatTimedOut) {
-  testing::TempDir dir;
-  setenv("CTITAN_FAULT_STALL_AT_STEP", "3", 1);
-  setenv("CTITAN_FAULT_RANK", "1", 1);
-  auto r = testing::run_ctitan(
-      testing::concat(testing::concat({"run", "--nproc-per-node", "2", "--master-port", "0", "train"},
-                                      testing::tiny_job_args(dir.path())),
-                      {"--parallelism.data_parallel_shard_degree", "2", "--training.local_batch_size", "2",
-                       "--training.steps", "8", "--checkpoint.enable", "true", "--checkpoint.interval", "100",
-                       "--comm.train_timeout_seconds", "5"}),
-      120);
-  unsetenv("CTITAN_FAULT_STALL_AT_STEP");
-  unsetenv("CTITAN_FAULT_RANK");
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("rank 1 stops itself (SIGSTOP) after step 3"), std::string::npos) << r.output;
+  auto r = run_with_rank_one_stalled("CTITAN_FAULT_STALL_AT_STEP", "100");
+  EXPECT_NE(r.output.find("rank 1 stops itself (SIGSTOP) after step 4"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("collective timeout: "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("did not complete within 5s; not issued by rank 1 (last issued #"), std::string::npos)
       << r.output;
