@@ -108,6 +108,11 @@ TEST(Safetensors, RejectsMalformedFilesWithOneLineNamingTheFile) {
   EXPECT_NE(load_error(dir, raw_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data))
                 .find("need 12"), std::string::npos);
   EXPECT_EQ(load_error(dir, raw_file("{" + ok_entry + "}", data)), "");
+  // Found by fuzz/safetensors_fuzzer (corpus regress_*): names quoted raw broke the one line.
+  EXPECT_NE(load_error(dir, raw_file(R"({"a\nb":{"dtype":"F32","shape":[2]}})", data)).find("tensor 'a\\nb'"),
+            std::string::npos);
+  EXPECT_NE(load_error(dir, raw_file(R"({"__metadata__":{"k\nx":1},)" + ok_entry + "}", data))
+                .find("__metadata__ 'k\\nx' is not a string"), std::string::npos);
 }
 
 // The format's data section is tiled exactly by the tensors (safetensors' README: "the byte buffer

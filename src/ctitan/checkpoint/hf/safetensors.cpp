@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/message_text.h"
 
 namespace ctitan::checkpoint::hf {
 namespace {
@@ -26,8 +27,10 @@ constexpr std::array<std::pair<const char*, torch::ScalarType>, 9> kDtypes{{
 // The header is an untrusted length read from the file: cap it before allocating.
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;
 
+// `what` quotes the header's tensor names, dtypes and metadata keys: one_line keeps the message
+// on one line whatever they hold.
 [[noreturn]] void fail(const std::filesystem::path& path, const std::string& what) {
-  throw InputError(fmt::format("safetensors {}: {}", path.string(), what));
+  throw InputError(fmt::format("safetensors {}: {}", path.string(), one_line(what)));
 }
 
 torch::ScalarType scalar_type_of(const std::filesystem::path& path, const std::string& name,
