@@ -1,6 +1,8 @@
 // Compressed datasets stream through DocumentReader exactly as their plain text does, and data
 // that is corrupt, truncated or not what its name says is one InputError naming the file.
 #include <gtest/gtest.h>
+#include <filesystem>
+#include <fstream>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -8,6 +10,7 @@
 
 #include "ctitan/common/error.h"
 #include "ctitan/data/bpe_trainer.h"
+#include "ctitan/data/byte_source.h"
 #include "ctitan/data/documents.h"
 #include "ctitan/data/token_stream.h"
 #include "support/test_support.h"
@@ -150,6 +153,22 @@ TEST(CompressedDocuments, BadDataIsOneLineNamingTheFile) {
   expect_dataset_error(dir.file("bad.jsonl.zst"), ":2:");
   testing::write_file(dir.file("t.bin.zst"), zstd_frames("x"));
   EXPECT_THROW(list_dataset_files(dir.file("t.bin.zst"), "auto", "--input"), InputError);
+}
+
+// A text file with no newline (issue #17: /dev/zero grew memory to 11 GB) stops at the line
+// bound, naming the file. The file is sparse: 300 MiB of zeros on disk cost nothing.
+TEST(CompressedDocuments, ALineLongerThanTheBoundIsOneLineNamingTheFile) {
+  TempDir dir;
+  std::filesystem::path file = dir.file("zeros.txt");
+  { std::ofstream create(file); }
+  std::filesystem::resize_file(file, data::LineReader::kMaxLineBytes + (size_t(44) << 20));
+  try {
+    data::read_documents(file, data::FileFormat::kText);
+    FAIL() << "a 300 MiB line was read";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "dataset error: " + file.string() +
+                                         ": a line longer than 256 MiB (no newline): not a text dataset");
+  }
 }
 
 }  // namespace
