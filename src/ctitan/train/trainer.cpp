@@ -65,6 +65,7 @@ Trainer::Trainer(config::JobConfig config)
 
   const auto& o = config_.optimizer;
   optimizer_ = std::make_unique<AdamW>(trained_parameters(), AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
+  grad_norm_groups_ = make_grad_norm_groups();  // the parameters are fixed from here on
   lr_scheduler_ = std::make_unique<LrScheduler>(config_.lr_scheduler, t.steps, o.lr);
 
   int64_t global_batch = t.global_batch_size > 0 ? t.global_batch_size : t.local_batch_size * dp_degree_;
@@ -250,7 +251,7 @@ torch::Tensor Trainer::summed_loss(const torch::Tensor& logits, const torch::Ten
   return summed_cross_entropy(logits, labels);  // logits (B, T, V)
 }
 
-GradNormGroups Trainer::grad_norm_groups() const {
+GradNormGroups Trainer::make_grad_norm_groups() const {
   GradNormGroups groups{shard_group_.get(), nullptr, {}};
   if (tensor_parallel_) {
     groups.tp = &tensor_parallel_->group();
@@ -282,7 +283,7 @@ StepResult Trainer::train_step(const std::vector<data::Batch>& microbatches) {
   auto [loss, rank_loss] = forward_backward(microbatches);
   // The norms' gradients came from this rank's sequence shard only: summed over tp they are whole.
   if (tensor_parallel_) tensor_parallel_->reduce_replicated_gradients(trained_parameters());
-  auto grad_norm = clip_grad_norm(optimizer_->params(), config_.training.max_norm, grad_norm_groups());
+  auto grad_norm = clip_grad_norm(optimizer_->params(), config_.training.max_norm, grad_norm_groups_);
   stop_if_not_finite(grad_norm);
   // TP's collectives block inside forward and backward (and the norms' sum and the grad norm).
   if (tensor_parallel_) metrics_->add_comm_seconds(tensor_parallel_->take_exposed_comm_seconds());

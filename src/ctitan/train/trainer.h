@@ -84,7 +84,7 @@ class Trainer {
   torch::Tensor summed_loss(const torch::Tensor& logits, const torch::Tensor& labels) const;
   // The gradient-norm groups for clipping: the FSDP shard group, and TP's group and replicated
   // parameters (by index in trained_parameters()).
-  GradNormGroups grad_norm_groups() const;
+  GradNormGroups make_grad_norm_groups() const;
   // The parameters the optimizer steps on: the model's own, or FSDP's fp32 shards.
   std::vector<std::pair<std::string, torch::Tensor>> trained_parameters() const;
   // comm.link_gbytes_per_s, or an all-gather measured now over the dp group (collective).
@@ -107,6 +107,7 @@ class Trainer {
   std::shared_ptr<distributed::Communicator> shard_group_;  // FSDP's dp_shard group, else null
   bool sync_every_microbatch_ = false;  // FSDP's fsdp_gradient_sync = every_microbatch
   std::unique_ptr<AdamW> optimizer_;
+  GradNormGroups grad_norm_groups_;  // made once, after parallelism is applied
   std::unique_ptr<LrScheduler> lr_scheduler_;
   std::unique_ptr<data::PackedLoader> dataloader_;
   std::unique_ptr<metrics::MetricsProcessor> metrics_;
