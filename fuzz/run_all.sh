@@ -4,6 +4,8 @@
 # Seeds are read from fuzz/corpus/<target>/ and never written; what the fuzzer learns goes to
 # build-fuzz/corpus/<target>/, crashing inputs to build-fuzz/artifacts/<target>/, the log to
 # build-fuzz/logs/<target>/fuzz-0.log. Each run is appended to build-fuzz/fuzz_runs.tsv.
+# FUZZ_RUNS=N also stops each target after N executions (whichever of the two limits comes first):
+# FUZZ_RUNS=400000 fuzz/run_all.sh 3600 config reaches an execution count on a loaded machine.
 # Exits 1 if any target found a crash, leak, sanitizer report, timeout or out-of-memory.
 set -euo pipefail
 seconds=${1:?usage: fuzz/run_all.sh SECONDS [target ...]}
@@ -35,7 +37,7 @@ for t in "${targets[@]}"; do
   # -timeout=10: an input taking 10 s is a hang. -rss_limit_mb: beyond it, an out-of-memory finding.
   (cd "$build/logs/$t" && rm -f fuzz-0.log &&
    nice -n 19 "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -jobs=1 -workers=1 \
-     -print_final_stats=1 -artifact_prefix="$build/artifacts/$t/" "$build/corpus/$t" "$root/fuzz/corpus/$t" \
+     ${FUZZ_RUNS:+-runs=$FUZZ_RUNS} -print_final_stats=1 -artifact_prefix="$build/artifacts/$t/" "$build/corpus/$t" "$root/fuzz/corpus/$t" \
      > runner.log 2>&1) || true
   elapsed=$(( $(date +%s) - t0 ))
   cpu_seconds > "$build/.cpu1"
