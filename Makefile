@@ -2,7 +2,7 @@
 BUILD_DIR ?= build
 JOBS ?= 2
 
-.PHONY: deps build demo test test-all bench fuzz clean
+.PHONY: deps build demo test test-all test-asan bench fuzz clean
 
 # Debian packages, then the venv with the pinned torch (libtorch) and Python reference libraries.
 deps:
@@ -29,6 +29,39 @@ demo: build
 # The default suite: unit and integration tests. Long runs live in `make bench`.
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -L 'unit|integration'
+
+# The unit and integration tests under AddressSanitizer, LeakSanitizer and UBSan, in a build of its
+# own (docs/RELIABILITY.md, "Sanitizers"): ctitan's code is instrumented (-DCTITAN_SANITIZE,
+# cmake/Sanitizers.cmake), libtorch is linked as it is. -O1 -g1: line numbers in every report, and
+# a shorter build than -O2 -g. Not part of CI (too long): run before every submission.
+# Tests that start bin/ctitan get this build's binary (CTITAN_BIN) and inherit these variables,
+# as do the workers `ctitan run` starts.
+ASAN_BUILD_DIR ?= build-asan
+SANITIZER_LOGS = $(abspath $(ASAN_BUILD_DIR))/sanitizer-logs
+SANITIZER_SUPP = $(abspath tools/sanitizers)
+# log_path: every process writes its reports to $(SANITIZER_LOGS)/{asan,ubsan}.PID, and the target
+#   fails if one exists. On stderr, the report of a ctitan child that a test expects to fail
+#   (non-zero exit, some error text) could pass unseen.
+# halt_on_error=1: the first report ends the process (ASan's default; for UBSan, it also covers
+#   any check compiled recoverable). detect_leaks=1: LeakSanitizer at each exit (the default on
+#   x86-64 Linux, said here because the run depends on it). print_stacktrace=1: UBSan reports
+#   carry the stack, as ASan's do. Suppressions: libtorch's own, each justified in its file.
+# detect_container_overflow stays on: GCC's libstdc++ annotates no container unless
+#   _GLIBCXX_SANITIZE_VECTOR is defined, so uninstrumented libtorch cannot trip it.
+test-asan: export ASAN_OPTIONS = halt_on_error=1:detect_leaks=1:log_path=$(SANITIZER_LOGS)/asan
+test-asan: export LSAN_OPTIONS = suppressions=$(SANITIZER_SUPP)/lsan.supp:print_suppressions=0
+test-asan: export UBSAN_OPTIONS = halt_on_error=1:print_stacktrace=1:suppressions=$(SANITIZER_SUPP)/ubsan.supp:log_path=$(SANITIZER_LOGS)/ubsan
+test-asan: deps
+	@cmake -S . -B $(ASAN_BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+	  -DCTITAN_SANITIZE=address,undefined -DCTITAN_PYTHON=$$(scripts/setup_venv.sh)/bin/python \
+	  $(if $(CMAKE_PREFIX_PATH),-DCMAKE_PREFIX_PATH=$(CMAKE_PREFIX_PATH)) > /dev/null
+	@rm -rf $(SANITIZER_LOGS) && mkdir -p $(SANITIZER_LOGS)
+	@cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
+	@cd $(ASAN_BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -L 'unit|integration'; status=$$?; \
+	  if [ -n "$$(ls -A $(SANITIZER_LOGS))" ]; then \
+	    for f in $(SANITIZER_LOGS)/*; do echo "== $$f"; head -n 40 "$$f"; done >&2; \
+	    echo "test-asan: sanitizer reports in $(SANITIZER_LOGS)" >&2; exit 1; fi; \
+	  exit $$status
 
 bench: build
 	cd $(BUILD_DIR) && bin/train_throughput
