@@ -58,9 +58,19 @@ void check_configs_agree(c10d::Store& store, int rank, int world_size, const std
     for (int r = 1; r < world_size; ++r) {
       auto other = store_get_string(store, fmt::format("config/{}", r));
       auto diff = first_config_difference(reference, other);
-      if (!diff.empty()) {
-        throw InputError(fmt::format("rendezvous error: rank {}'s config differs from rank 0's at {}", r, diff));
+      if (diff.empty()) continue;
+      // Every rank reaches this verdict from the same texts. Rank 0 may host the store: it leaves
+      // only once every rank has read the configs, or the others would print "Broken pipe" (the
+      // store gone mid-read) instead of the key. Bounded: every rank has passed the rendezvous.
+      const auto verdicts = store.add("config/verdicts", 1);
+      if (rank == 0) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        for (auto seen = verdicts; seen < world_size && std::chrono::steady_clock::now() < deadline;
+             seen = store.add("config/verdicts", 0)) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
       }
+      throw InputError(fmt::format("rendezvous error: rank {}'s config differs from rank 0's at {}", r, diff));
     }
   } catch (const InputError&) {
     throw;
@@ -86,10 +96,27 @@ std::string shown(const std::string& claimant) { return claimant.substr(0, claim
 
 void join_rendezvous(c10d::Store& store, int rank, int world_size, std::chrono::milliseconds timeout) {
   const std::string me = this_claimant();
-  const std::string error_key = "rendezvous/error";
+  const std::string error_key = "rendezvous/error", error_seen_key = "rendezvous/error_seen";
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size; ++r) keys.push_back(fmt::format("rendezvous/world_size/{}", r));
+  // Rank 0 may host the store: it leaves only once every rank that arrived has read the failure,
+  // or they would print "Broken pipe" (the store gone mid-read) instead of it. Those ranks poll
+  // the error key every 50 ms, so the wait is short; it is bounded all the same.
+  auto stop = [&](const std::string& message) {
+    store.add(error_seen_key, 1);
+    if (rank == 0) {
+      int64_t arrived = 0;
+      for (const auto& k : keys) arrived += store.check({k}) ? 1 : 0;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (store.add(error_seen_key, 0) < arrived && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    throw InputError("rendezvous error: " + message);
+  };
   auto fail = [&](const std::string& message) {
     store.set(error_key, std::vector<uint8_t>(message.begin(), message.end()));  // the others stop too
-    throw InputError("rendezvous error: " + message);
+    stop(message);
   };
   // RANK: the first process to claim it owns it; a second is named with the first.
   auto claimed = store.compareSet(fmt::format("rendezvous/rank/{}", rank), {}, std::vector<uint8_t>(me.begin(), me.end()));
@@ -98,15 +125,13 @@ void join_rendezvous(c10d::Store& store, int rank, int world_size, std::chrono::
   auto text = std::to_string(world_size);
   store.set(fmt::format("rendezvous/world_size/{}", rank), std::vector<uint8_t>(text.begin(), text.end()));
   // Every rank this one expects says how many it expects; anyone's failure ends everyone's wait.
-  std::vector<std::string> keys;
-  for (int r = 0; r < world_size; ++r) keys.push_back(fmt::format("rendezvous/world_size/{}", r));
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::vector<bool> seen(size_t(world_size), false);
   size_t remaining = size_t(world_size);
   while (remaining > 0) {
     if (store.check({error_key})) {
       auto bytes = store.get(error_key);
-      throw InputError("rendezvous error: " + std::string(bytes.begin(), bytes.end()));
+      stop(std::string(bytes.begin(), bytes.end()));
     }
     for (int r = 0; r < world_size; ++r) {
       if (seen[size_t(r)] || !store.check({keys[size_t(r)]})) continue;

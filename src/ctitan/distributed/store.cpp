@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "ctitan/common/error.h"
+#include "ctitan/distributed/c10d_quiet.h"
 
 namespace ctitan::distributed {
 
@@ -15,8 +16,14 @@ c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, std::chrono::m
   options.numWorkers = env.agent_store ? c10::nullopt : c10::optional<size_t>(size_t(env.world_size));
   options.waitWorkers = false;
   options.timeout = timeout;
+  // c10d would retry an unresolvable name until the timeout, logging each attempt.
+  if (auto why = host_resolution_error(env.master_addr); !why.empty()) {
+    throw InputError(fmt::format("rendezvous error: rank {} cannot resolve MASTER_ADDR '{}': {}", env.rank,
+                                 env.master_addr, why));
+  }
   c10::intrusive_ptr<c10d::Store> store;
   try {
+    QuietC10dLogs quiet;  // the exception below becomes the one line; c10d's retries are not shown
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
   } catch (const std::exception& e) {
     std::string what = e.what();
