@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ctitan/common/error.h"
+#include "ctitan/distributed/c10d_quiet.h"
 
 namespace ctitan::launcher {
 namespace {
@@ -64,9 +65,14 @@ LauncherStore::LauncherStore(const LaunchOptions& options, const std::function<b
   tcp.isServer = options.node_rank == 0;
   tcp.numWorkers = c10::nullopt;  // workers and launchers come and go by round: never wait for a count
   tcp.waitWorkers = false;
+  // c10d retries an unresolvable name until --rdzv-timeout (ignoring SIGTERM), logging each try.
+  if (auto why = distributed::host_resolution_error(options.master_addr); !why.empty()) {
+    throw InputError(fmt::format("run: --master-addr '{}' cannot be resolved: {}", options.master_addr, why), 2);
+  }
   if (tcp.isServer) {
     tcp.timeout = to_ms(options.rdzv_timeout_s);
     try {
+      distributed::QuietC10dLogs quiet;  // the exception becomes the one line below
       auto store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, tcp);
       port_ = store->getPort();
       store_ = store;
@@ -87,6 +93,7 @@ LauncherStore::LauncherStore(const LaunchOptions& options, const std::function<b
     if (accepts_connections(options.master_addr, options.master_port)) {
       tcp.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       try {
+        distributed::QuietC10dLogs quiet;
         store_ = c10::make_intrusive<c10d::TCPStore>(options.master_addr, tcp);
         port_ = options.master_port;
         store_->add(kConnectedKey, 1);
