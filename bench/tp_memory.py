@@ -9,7 +9,8 @@ Layouts (a TP group's ranks all train the same sequences, so TP(2) keeps the loc
   TP(2)           2 ranks x 1 thread, tensor_parallel_degree 2, local batch B
   FSDP(2)         2 ranks x 1 thread, data_parallel_shard_degree 2, local batch B/2
   FSDP(2)xTP(2)   4 ranks x 1 thread (2 per core), mesh [1, 2, 2], local batch B/2
-each with activation_checkpoint.mode none, selective (every 2nd block) and full.
+each with activation_checkpoint.mode none, selective (every 2nd block), op (operator-level selective:
+every block keeps its matmul, attention and TP reduce-scatter outputs) and full.
 
 From ctitan's metrics.jsonl (bench/scaling_lib.py memory_row): parameter, gradient and optimizer
 bytes from the tensors' storage; peak live bytes from the counting CPU allocator; payload bytes of
@@ -36,6 +37,7 @@ AC_CUT_TARGET = 0.60  # AC full removes at least this share of AC none's activat
 AC_MODES = [("none", ["--activation_checkpoint.mode", "none"]),
             ("selective", ["--activation_checkpoint.mode", "selective",
                            "--activation_checkpoint.selective_ac_option", "2"]),
+            ("op", ["--activation_checkpoint.mode", "selective", "--activation_checkpoint.selective_ac_option", "op"]),
             ("full", ["--activation_checkpoint.mode", "full"])]
 
 
@@ -91,6 +93,11 @@ def report(title, rows, seq_len, global_batch, dtype, steps):
         verdicts.append(cut >= AC_CUT_TARGET)
         print(f"    {name:14s} {full_act / MIB:8.1f} / {none_act / MIB:8.1f} MiB = {full_act / none_act:.3f} "
               f"(cut {100 * cut:.1f}%) {verdict(verdicts[-1])}")
+    print("  AC op / AC none, activation part of the peak (no target; between full and none):")
+    for name, _, _ in layouts(global_batch):
+        none_act = rows[(name, "none")]["peak"] - rows[(name, "none")]["state"]
+        op_act = rows[(name, "op")]["peak"] - rows[(name, "op")]["state"]
+        print(f"    {name:14s} {op_act / MIB:8.1f} / {none_act / MIB:8.1f} MiB = {op_act / none_act:.3f}")
     return verdicts
 
 

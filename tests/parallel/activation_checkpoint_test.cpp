@@ -1,5 +1,6 @@
-// Activation checkpointing: the same losses and weights as without it, bitwise in fp32 (one
-// process, FSDP and DDP), and a lower activation peak.
+// Activation checkpointing, full, every k-th block and operator-level selective ("op"): the same
+// losses and weights as without it, bitwise in fp32 (one process, FSDP, DDP, TP), and fewer saved
+// bytes and a lower activation peak.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -8,7 +9,9 @@
 #include "ctitan/config/config_fields.h"
 #include "ctitan/metrics/memory_tracker.h"
 #include "ctitan/parallel/activation_checkpoint.h"
+#include "ctitan/parallel/op_selective_checkpoint.h"
 #include "ctitan/train/trainer.h"
+#include "support/parity.h"
 #include "support/test_support.h"
 #include "support/tiny_job.h"
 
@@ -46,7 +49,8 @@ TEST(ActivationCheckpoint, LossesAndWeightsEqualNoCheckpointingBitwise) {
   const auto none = train_steps(with_ac(dir.file("none"), config::ActivationCheckpointMode::kNone, "2"), 4);
   for (auto [mode, option] : {std::pair{config::ActivationCheckpointMode::kFull, "2"},
                               std::pair{config::ActivationCheckpointMode::kSelective, "2"},
-                              std::pair{config::ActivationCheckpointMode::kSelective, "0"}}) {
+                              std::pair{config::ActivationCheckpointMode::kSelective, "0"},
+                              std::pair{config::ActivationCheckpointMode::kSelective, "op"}}) {
     SCOPED_TRACE(config::name_of(mode) + " " + option);
     const auto ac = train_steps(with_ac(dir.file(std::string("ac") + option), mode, option), 4);
     EXPECT_EQ(ac.losses, none.losses);
@@ -55,14 +59,19 @@ TEST(ActivationCheckpoint, LossesAndWeightsEqualNoCheckpointingBitwise) {
 }
 
 // bf16 autocast: the recomputation runs under the autocast state of the first run, so it too
-// matches bitwise (a recompute in fp32 would not).
+// matches bitwise (a recompute in fp32 would not). Op SAC's kept matmul outputs are the first
+// run's bf16 ones.
 TEST(ActivationCheckpoint, Bf16AutocastRecomputesInBf16) {
   TempDir dir;
   auto none_config = with_ac(dir.file("none"), config::ActivationCheckpointMode::kNone, "2");
   none_config.training.mixed_precision_param = torch::kBFloat16;
   auto full_config = with_ac(dir.file("full"), config::ActivationCheckpointMode::kFull, "2");
   full_config.training.mixed_precision_param = torch::kBFloat16;
-  EXPECT_EQ(train_steps(full_config, 2).losses, train_steps(none_config, 2).losses);
+  auto op_config = with_ac(dir.file("op"), config::ActivationCheckpointMode::kSelective, "op");
+  op_config.training.mixed_precision_param = torch::kBFloat16;
+  const auto none = train_steps(none_config, 2).losses;
+  EXPECT_EQ(train_steps(full_config, 2).losses, none);
+  EXPECT_EQ(train_steps(op_config, 2).losses, none);
 }
 
 // Peak live bytes of one forward + backward above what was live before it (the counting
@@ -88,9 +97,126 @@ TEST(ActivationCheckpoint, FullCheckpointingLowersTheStepPeak) {
   const int64_t none = step_peak_above_start(config(config::ActivationCheckpointMode::kNone, "none"));
   const int64_t every2 = step_peak_above_start(config(config::ActivationCheckpointMode::kSelective, "2"));
   const int64_t full = step_peak_above_start(config(config::ActivationCheckpointMode::kFull, "full"));
-  std::cout << "step peak above start: none " << none << " B, selective 2 " << every2 << " B, full " << full << " B\n";
+  const int64_t op = step_peak_above_start(config(config::ActivationCheckpointMode::kSelective, "op"));
+  std::cout << "step peak above start: none " << none << " B, selective 2 " << every2 << " B, op " << op
+            << " B, full " << full << " B\n";
   EXPECT_LT(full, every2);
   EXPECT_LT(every2, none);
+  // Op SAC keeps more than full AC (matmul and attention outputs) and less than none (no norm,
+  // RoPE or SwiGLU activations, half the matmul outputs).
+  EXPECT_LT(full, op);
+  EXPECT_LT(op, none);
+}
+
+// The bytes the blocks keep for backward: live bytes when the last block has returned (a pre-hook
+// on the final norm reads the counting allocator) above those before the forward. Everything else
+// live then (the embedding output, the last block's output) is the same in every mode.
+int64_t bytes_kept_by_blocks(config::ActivationCheckpointMode mode, const std::string& option) {
+  metrics::install_memory_tracker();
+  models::llama::ModelArgs args;
+  args.dim = 64;
+  args.n_layers = 4;
+  args.n_heads = 4;
+  args.vocab_size = 32;
+  args.max_seq_len = 128;
+  torch::manual_seed(0);
+  models::llama::Transformer model(args);
+  models::llama::init_weights(*model);
+  parallel::apply_activation_checkpointing(*model, {mode, option});
+  auto tokens = torch::randint(args.vocab_size, {4, 128}, torch::kLong);  // (B, T)
+  int64_t after_blocks = 0;
+  model->hooks.add_pre_forward(*model->norm, [&](const torch::Tensor& h) {
+    after_blocks = metrics::memory_stats().active_bytes;
+    return h;
+  });
+  const int64_t start = metrics::memory_stats().active_bytes;
+  auto loss = model->forward(tokens).pow(2).mean();
+  loss.backward();  // the recorded graph is complete and runs
+  return after_blocks - start;
+}
+
+// Op SAC keeps, per block, the input, every other matmul output (wq, wv, w1, w2) and attention's
+// output and logsumexp; none keeps every op's inputs; full only the input. The relation holds on
+// any machine: the bytes are the tensors' sizes, not timings. The ratio is printed for the docs.
+TEST(ActivationCheckpoint, OpSelectiveKeepsFewerBytesThanNoneAndMoreThanFull) {
+  const int64_t none = bytes_kept_by_blocks(config::ActivationCheckpointMode::kNone, "2");
+  const int64_t op = bytes_kept_by_blocks(config::ActivationCheckpointMode::kSelective, "op");
+  const int64_t full = bytes_kept_by_blocks(config::ActivationCheckpointMode::kFull, "2");
+  std::cout << "bytes kept by 4 blocks (B 4, T 128, dim 64): none " << none << ", op " << op << ", full " << full
+            << "; op/none " << double(op) / double(none) << ", full/none " << double(full) / double(none) << "\n";
+  EXPECT_LT(op, none);
+  EXPECT_GT(op, full);
+  EXPECT_GT(full, 0);
+}
+
+// op_selective_checkpointed() itself on linear -> linear -> attention -> linear: the first run
+// keeps matmuls 1 and 3 and the attention (matmul 2 is the recomputed every-other one), the
+// recompute takes all three back, and the gradients equal the plain call's bitwise.
+TEST(ActivationCheckpoint, OpSelectiveKeepsMatmulsAndAttentionAndGradientsAreExact) {
+  torch::manual_seed(5);
+  auto w1 = torch::randn({16, 16}, torch::requires_grad());
+  auto w2 = torch::randn({16, 16}, torch::requires_grad());
+  auto w3 = torch::randn({16, 16}, torch::requires_grad());
+  int calls = 0;
+  models::ModuleHooks::Forward forward = [&](const torch::Tensor& x) {  // x: (B 2, T 8, 16)
+    ++calls;
+    auto h = torch::nn::functional::linear(torch::relu(x), w1);
+    auto v = torch::nn::functional::linear(h, w2).view({2, 8, 2, 8}).transpose(1, 2);  // (B, heads 2, T, 8)
+    auto q = h.view({2, 8, 2, 8}).transpose(1, 2);
+    auto a = at::scaled_dot_product_attention(q, q, v, {}, 0.0, /*is_causal=*/true).transpose(1, 2).reshape({2, 8, 16});
+    return torch::nn::functional::linear(a, w3) + x;
+  };
+  auto x0 = torch::randn({2, 8, 16});
+  auto x_plain = x0.clone().requires_grad_(true);
+  forward(x_plain).pow(2).sum().backward();
+  std::vector<torch::Tensor> plain = {x_plain.grad(), w1.grad().clone(), w2.grad().clone(), w3.grad().clone()};
+  for (auto* w : {&w1, &w2, &w3}) w->mutable_grad() = torch::Tensor();
+
+  auto x_sac = x0.clone().requires_grad_(true);
+  const auto before = parallel::op_sac_counts();
+  auto out = parallel::op_selective_checkpointed(x_sac, forward);
+  auto after_forward = parallel::op_sac_counts();
+  EXPECT_EQ(after_forward.saved - before.saved, 3);  // matmuls 1, 3 and the attention kernel
+  EXPECT_EQ(after_forward.recomputed - before.recomputed, 1);  // matmul 2
+  EXPECT_EQ(after_forward.replayed, before.replayed);
+  out.pow(2).sum().backward();
+  auto after_backward = parallel::op_sac_counts();
+  EXPECT_EQ(after_backward.replayed - before.replayed, 3);
+  EXPECT_EQ(after_backward.recomputed - before.recomputed, 2);
+  EXPECT_EQ(after_backward.saved, after_forward.saved);  // backward's own matmuls are not intercepted
+  EXPECT_EQ(calls, 3);
+  EXPECT_TRUE(torch::equal(x_sac.grad(), plain[0]));
+  EXPECT_TRUE(torch::equal(w1.grad(), plain[1]));
+  EXPECT_TRUE(torch::equal(w2.grad(), plain[2]));
+  EXPECT_TRUE(torch::equal(w3.grad(), plain[3]));
+
+  // saved_op, the seam for ops the dispatcher does not see: plain outside a block.
+  int computed = 0;
+  auto y = parallel::saved_op("test::op", [&] {
+    ++computed;
+    return torch::ones({2});
+  });
+  EXPECT_EQ(computed, 1);
+  EXPECT_TRUE(torch::equal(y, torch::ones({2})));
+}
+
+// A recompute that does not call the ops the first forward called is an error, not a silent
+// mismatch.
+TEST(ActivationCheckpoint, OpSelectiveRefusesADivergentRecompute) {
+  auto w = torch::randn({8, 8}, torch::requires_grad());
+  int calls = 0;
+  models::ModuleHooks::Forward forward = [&](const torch::Tensor& x) {
+    ++calls;
+    auto h = torch::nn::functional::linear(x, w);
+    return calls == 1 ? h * 2 : torch::nn::functional::linear(h, w) + torch::nn::functional::linear(h, w);
+  };
+  auto out = parallel::op_selective_checkpointed(torch::randn({4, 8}, torch::requires_grad()), forward);
+  try {
+    out.sum().backward();
+    ADD_FAILURE() << "a divergent recompute was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("op selective AC"), std::string::npos) << e.what();
+  }
 }
 
 // checkpointed() itself: the forward runs twice per backward (once without grad, once to
@@ -151,7 +277,7 @@ TEST(ActivationCheckpoint, SelectiveWrapsEveryKthBlockAsTorchtitanCounts) {
 
 TEST(ActivationCheckpoint, BadSelectiveOptionIsAConfigError) {
   TempDir dir;
-  for (const char* option : {"op", "x", "-1", "2x", ""}) {
+  for (const char* option : {"x", "-1", "2x", "", "OP"}) {
     auto config = with_ac(dir.file("bad"), config::ActivationCheckpointMode::kSelective, option);
     try {
       train::Trainer trainer(config);
@@ -176,13 +302,15 @@ TEST(CliActivationCheckpoint, FsdpAndDdpLossesEqualNoCheckpointingBitwise) {
   for (const auto& layout : layouts) {
     SCOPED_TRACE(layout.at(1) + " " + (layout.size() > 2 ? layout.at(2) : ""));
     std::vector<std::vector<double>> losses;
-    for (const char* mode : {"none", "full"}) {
+    for (const char* mode : {"none", "full", "op"}) {
       TempDir dir;
+      const std::vector<std::string> ac = mode == std::string("op")
+          ? std::vector<std::string>{"--activation_checkpoint.mode", "selective", "--activation_checkpoint.selective_ac_option", "op"}
+          : std::vector<std::string>{"--activation_checkpoint.mode", mode};
       auto r = testing::run_ctitan(
           testing::concat(testing::concat({"run", "--nproc-per-node", "2", "--master-port", "0", "train"},
                                           testing::tiny_job_args(dir.path())),
-                          testing::concat({"--training.steps", "4", "--metrics.log_freq", "1",
-                                           "--activation_checkpoint.mode", mode},
+                          testing::concat(testing::concat({"--training.steps", "4", "--metrics.log_freq", "1"}, ac),
                                           layout)),
           240);
       ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -195,7 +323,25 @@ TEST(CliActivationCheckpoint, FsdpAndDdpLossesEqualNoCheckpointingBitwise) {
       }
       ASSERT_EQ(losses.back().size(), 4u);
     }
-    EXPECT_EQ(losses[1], losses[0]);
+    EXPECT_EQ(losses[1], losses[0]) << "full";
+    EXPECT_EQ(losses[2], losses[0]) << "op";
+  }
+}
+
+// TP(2): op SAC takes the kept reduce-scatter outputs back on both tp ranks and runs the
+// all-gathers again, in the same order on each; the kept outputs and the recomputed ops are
+// bit-equal to the first forward's, so the losses equal TP(2) without checkpointing bitwise.
+TEST(CliActivationCheckpoint, TensorParallelOpSelectiveLossesEqualNoCheckpointingBitwise) {
+  auto base = testing::concat(testing::degrees(1, 1, 2), {"--training.local_batch_size", "4", "--training.steps",
+                                                          "4", "--metrics.log_freq", "1"});
+  auto none = testing::run_tiny_job(2, base);
+  auto op = testing::run_tiny_job(2, testing::concat(base, {"--activation_checkpoint.mode", "selective",
+                                                            "--activation_checkpoint.selective_ac_option", "op"}));
+  ASSERT_EQ(none.size(), 4u);
+  ASSERT_EQ(op.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(op[i]["loss"], none[i]["loss"]) << "step " << i + 1;
+    EXPECT_EQ(op[i]["grad_norm"], none[i]["grad_norm"]) << "step " << i + 1;
   }
 }
 

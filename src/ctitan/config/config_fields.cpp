@@ -126,7 +126,7 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"profiling", "save_traces_folder", &c.profiling.save_traces_folder, "traces go under job.dump_folder/this"},
 
       {"activation_checkpoint", "mode", choice(&c.activation_checkpoint.mode, kAcModes), "recompute blocks' activations in backward: none, full (every block) or selective"},
-      {"activation_checkpoint", "selective_ac_option", &c.activation_checkpoint.selective_ac_option, "selective: k checkpoints every k-th block ('op' is not implemented)"},
+      {"activation_checkpoint", "selective_ac_option", &c.activation_checkpoint.selective_ac_option, "selective: k checkpoints every k-th block; 'op' checkpoints every block but keeps the outputs of matmuls (every other one), attention and the tp reduce-scatter, recomputing norms, RoPE, SwiGLU and adds"},
       {"validation", "enable", &c.validation.enable, "run a validation loop"},
       {"validation", "freq", &c.validation.freq, "every N training steps (and the last step)"},
       {"validation", "steps", &c.validation.steps, "batches per validation run"},

@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/functions/utils.h>
 
 #include "ctitan/common/error.h"
+#include "ctitan/parallel/op_selective_checkpoint.h"
 
 namespace ctitan::parallel {
 namespace {
@@ -113,8 +114,12 @@ int apply_activation_checkpointing(models::llama::TransformerImpl& model, const 
   if (ac.mode == config::ActivationCheckpointMode::kSelective) {
     const auto& option = ac.selective_ac_option;
     if (option == "op") {
-      throw ConfigError("activation_checkpoint.selective_ac_option 'op' (operator-level selective AC) is not "
-                        "implemented yet; give an integer k to checkpoint every k-th block, or mode = \"full\"");
+      for (const auto& layer : *model.layers) {
+        model.hooks.set_around(*layer, [](const torch::Tensor& x, const models::ModuleHooks::Forward& forward) {
+          return op_selective_checkpointed(x, forward);
+        });
+      }
+      return int(model.layers->size());
     }
     size_t used = 0;
     try {

@@ -17,9 +17,10 @@ namespace ctitan::parallel {
 
 // mode none: nothing. full: every block. selective with selective_ac_option = "k": every k-th
 // block, counted as torchtitan counts (the blocks whose 1-based index is a multiple of k: k-1,
-// 2k-1, ... from 0; k = 0 means every block). Returns how many blocks were wrapped. Throws
-// ConfigError for option "op" (operator-level selective AC needs a dispatch-level policy ctitan
-// does not have yet) or a value that is not a non-negative integer.
+// 2k-1, ... from 0; k = 0 means every block); with option "op", every block with operator-level
+// selective AC (op_selective_checkpoint.h: the outputs of matmuls, attention and the tp
+// reduce-scatter are kept, the rest recomputed). Returns how many blocks were wrapped. Throws
+// ConfigError for an option that is neither "op" nor a non-negative integer.
 int apply_activation_checkpointing(models::llama::TransformerImpl& model, const config::ActivationCheckpoint& ac);
 
 // One checkpointed call of `forward` on `input`. The region must not span an FSDP group

@@ -166,8 +166,12 @@ void Trainer::setup_parallelism() {
                  loss_parallel ? "on" : "off (logits all-gathered)");
   }
   if (int wrapped = parallel::apply_activation_checkpointing(*model_, config_.activation_checkpoint)) {
-    spdlog::info("activation checkpointing {}: {} of {} blocks recompute their activations in backward",
-                 config::name_of(config_.activation_checkpoint.mode), wrapped, model_->layers->size());
+    const auto& ac = config_.activation_checkpoint;
+    spdlog::info("activation checkpointing {}{}: {} of {} blocks recompute their activations in backward{}",
+                 config::name_of(ac.mode), ac.mode == config::ActivationCheckpointMode::kSelective ? " " + ac.selective_ac_option : "",
+                 wrapped, model_->layers->size(),
+                 ac.mode == config::ActivationCheckpointMode::kSelective && ac.selective_ac_option == "op"
+                     ? " (except matmul, attention and tp reduce-scatter outputs, kept)" : "");
   }
   if (!dist_) return;
   const auto& dims = dist_->dims;

@@ -1,5 +1,7 @@
 #include "ctitan/parallel/tp/sequence_parallel.h"
 
+#include "ctitan/parallel/op_selective_checkpoint.h"
+
 namespace ctitan::parallel::tp {
 namespace {
 
@@ -51,7 +53,9 @@ struct GatherSequence : torch::autograd::Function<GatherSequence> {
 struct ReduceScatterSequence : torch::autograd::Function<ReduceScatterSequence> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group) {
     ctx->saved_data["group"] = group;
-    return reduce_scatter_dim1(x, group_of(ctx));
+    // An expensive op for op selective AC: its recompute takes the first forward's output back
+    // instead of communicating again (op_selective_checkpoint.h); elsewhere a plain call.
+    return saved_op("tp::reduce_scatter_sequence", [&] { return reduce_scatter_dim1(x, group_of(ctx)); });
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     return {all_gather_dim1(grads[0], group_of(ctx)), torch::Tensor()};
