@@ -328,20 +328,24 @@ TEST(CliActivationCheckpoint, FsdpAndDdpLossesEqualNoCheckpointingBitwise) {
   }
 }
 
-// TP(2): op SAC takes the kept reduce-scatter outputs back on both tp ranks and runs the
-// all-gathers again, in the same order on each; the kept outputs and the recomputed ops are
-// bit-equal to the first forward's, so the losses equal TP(2) without checkpointing bitwise.
+// TP(2) and FSDP(2)xTP(2): op SAC takes the kept reduce-scatter outputs back on every tp rank
+// and runs the all-gathers again, in the same order on each; the kept outputs and the recomputed
+// ops are bit-equal to the first forward's, so losses and gradient norms equal the same layout
+// without checkpointing bitwise.
 TEST(CliActivationCheckpoint, TensorParallelOpSelectiveLossesEqualNoCheckpointingBitwise) {
-  auto base = testing::concat(testing::degrees(1, 1, 2), {"--training.local_batch_size", "4", "--training.steps",
-                                                          "4", "--metrics.log_freq", "1"});
-  auto none = testing::run_tiny_job(2, base);
-  auto op = testing::run_tiny_job(2, testing::concat(base, {"--activation_checkpoint.mode", "selective",
-                                                            "--activation_checkpoint.selective_ac_option", "op"}));
-  ASSERT_EQ(none.size(), 4u);
-  ASSERT_EQ(op.size(), 4u);
-  for (size_t i = 0; i < 4; ++i) {
-    EXPECT_EQ(op[i]["loss"], none[i]["loss"]) << "step " << i + 1;
-    EXPECT_EQ(op[i]["grad_norm"], none[i]["grad_norm"]) << "step " << i + 1;
+  for (auto [nproc, layout] : {std::pair{2, testing::degrees(1, 1, 2)}, std::pair{4, testing::degrees(1, 2, 2)}}) {
+    SCOPED_TRACE(nproc);
+    auto base = testing::concat(layout, {"--training.local_batch_size", "2", "--training.steps", "4",
+                                         "--metrics.log_freq", "1"});
+    auto none = testing::run_tiny_job(nproc, base);
+    auto op = testing::run_tiny_job(nproc, testing::concat(base, {"--activation_checkpoint.mode", "selective",
+                                                                  "--activation_checkpoint.selective_ac_option", "op"}));
+    ASSERT_EQ(none.size(), 4u);
+    ASSERT_EQ(op.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(op[i]["loss"], none[i]["loss"]) << "step " << i + 1;
+      EXPECT_EQ(op[i]["grad_norm"], none[i]["grad_norm"]) << "step " << i + 1;
+    }
   }
 }
 
