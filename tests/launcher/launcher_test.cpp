@@ -4,9 +4,7 @@
 // Every test uses --master-port 0 (or a port just found free) so that tests can run concurrently.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,14 +18,20 @@
 #include <sstream>
 #include <thread>
 
+#include "support/processes.h"
 #include "support/test_support.h"
 
 namespace ctitan {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using testing::free_port;
+using testing::process_gone;
 using testing::RunResult;
+using testing::spawn_ctitan;
 using testing::TempDir;
+using testing::wait_exit;
+using testing::wait_until;
 
 std::vector<std::string> run_args(std::vector<std::string> flags, const std::string& script) {
   flags.insert(flags.begin(), "run");
@@ -58,67 +62,6 @@ std::string last_line(const std::string& text) {
 }
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-// A port that was free a moment ago: the kernel picks it for a socket we close at once.
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// The ctitan binary in the background, output to `out_path`; the caller signals and reaps it.
-pid_t spawn_ctitan(const std::vector<std::string>& args, const std::string& out_path) {
-  std::vector<char*> argv{const_cast<char*>(CTITAN_BIN)};
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = fork();
-  if (pid == 0) {
-    FILE* out = fopen(out_path.c_str(), "w");
-    dup2(fileno(out), 1);
-    dup2(fileno(out), 2);
-    execv(CTITAN_BIN, argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-// Exit code (128+signal when killed), or -1 if `pid` is still running after `timeout_s`.
-int wait_exit(pid_t pid, double timeout_s) {
-  auto deadline = Clock::now() + std::chrono::milliseconds(int(timeout_s * 1000));
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (Clock::now() > deadline) return -1;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-bool wait_until(const std::function<bool()>& done, double timeout_s) {
-  auto deadline = Clock::now() + std::chrono::milliseconds(int(timeout_s * 1000));
-  while (!done()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
-}
-
-// Gone, or a zombie: once its parent is gone, init may be slow (or, in a container, fail) to
-// reap it, but a zombie runs nothing and holds nothing.
-bool process_gone(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return true;
-  std::string line;
-  std::getline(stat, line);
-  auto close_paren = line.rfind(')');
-  return close_paren == std::string::npos || line.substr(close_paren + 2, 1) == "Z";
-}
 
 // Pids that the workers printed as "[rankN]:PID=<pid>".
 std::vector<pid_t> printed_pids(const std::string& text) {

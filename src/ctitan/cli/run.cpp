@@ -77,6 +77,66 @@ std::map<int, int> parse_streams(const std::string& flag, const std::string& tex
   return out;
 }
 
+// torchrun's --nnodes: "N", or "MIN:MAX" for an elastic job.
+void parse_nnodes(const std::string& text, launcher::LaunchOptions& options) {
+  auto number = [&](const std::string& item) {
+    size_t used = 0;
+    int n = std::stoi(item, &used);
+    if (used != item.size()) throw std::invalid_argument(item);
+    return n;
+  };
+  try {
+    auto colon = text.find(':');
+    if (colon == std::string::npos) {
+      options.nnodes = number(text);
+      options.min_nnodes = 0;
+    } else {
+      options.min_nnodes = number(text.substr(0, colon));
+      options.nnodes = number(text.substr(colon + 1));
+      if (options.min_nnodes < 1) throw std::invalid_argument(text);
+    }
+  } catch (const std::logic_error&) {
+    throw InputError(fmt::format("run: --nnodes '{}' is not N or MIN:MAX (e.g. 2 or 1:4)", text), 2);
+  }
+}
+
+// torchrun's --rdzv-conf "key=value,...": the keys of its c10d rendezvous that ctitan's has.
+// keep_alive_interval x keep_alive_max_attempt is the heartbeat timeout, as in torchelastic.
+void parse_rdzv_conf(const std::string& text, launcher::LaunchOptions& options) {
+  double keep_alive_interval = 0, keep_alive_attempts = 0;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    auto eq = item.find('=');
+    std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    double number = 0;
+    try {
+      size_t used = 0;
+      number = std::stod(value, &used);
+      if (used != value.size()) throw std::invalid_argument(value);
+    } catch (const std::logic_error&) {
+      throw InputError(fmt::format("run: --rdzv-conf {}: '{}' is not a number of seconds", key, value), 2);
+    }
+    if (key == "join_timeout") {
+      options.rdzv_timeout_s = number;
+    } else if (key == "last_call_timeout") {
+      options.last_call_timeout_s = number;
+    } else if (key == "keep_alive_interval") {
+      keep_alive_interval = number;
+    } else if (key == "keep_alive_max_attempt") {
+      keep_alive_attempts = number;
+    } else {
+      throw InputError(fmt::format("run: --rdzv-conf key '{}' is not supported (join_timeout, last_call_timeout, "
+                                   "keep_alive_interval, keep_alive_max_attempt)",
+                                   key),
+                       2);
+    }
+  }
+  if (keep_alive_interval > 0 || keep_alive_attempts > 0) {
+    options.heartbeat_timeout_s = (keep_alive_interval > 0 ? keep_alive_interval : 5) *
+                                  (keep_alive_attempts > 0 ? keep_alive_attempts : 3);
+  }
+}
+
 // ctitan's launchers always meet on node 0's TCPStore, which is torchrun's c10d backend (and its
 // static one, when every node is given its rank).
 void check_rdzv_backend(const std::string& backend) {
@@ -95,12 +155,13 @@ void add_run_command(CLI::App& app) {
   auto endpoint = std::make_shared<std::string>();
   struct TorchrunFlags {
     bool standalone = false;
-    std::string rdzv_backend = "c10d", tee, redirects;
+    std::string rdzv_backend = "c10d", tee, redirects, nnodes = "1", rdzv_conf;
   };
   auto torchrun = std::make_shared<TorchrunFlags>();
   cmd->add_option("--nproc-per-node,--nproc_per_node", options->nproc_per_node, "Workers on this node")
       ->capture_default_str();
-  cmd->add_option("--nnodes", options->nnodes, "Nodes (launchers) in the job")->capture_default_str();
+  cmd->add_option("--nnodes", torchrun->nnodes, "Nodes (launchers) in the job: N, or MIN:MAX (elastic)")
+      ->capture_default_str();
   cmd->add_option("--node-rank,--node_rank", options->node_rank, "This node's index; node 0 hosts the store")
       ->capture_default_str();
   cmd->add_option("--master-addr,--master_addr", options->master_addr, "Address of node 0")->capture_default_str();
@@ -128,6 +189,12 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--rdzv-timeout,--rdzv_timeout", options->rdzv_timeout_s,
                   "Seconds to wait for every node to join a round")
       ->capture_default_str();
+  cmd->add_option("--heartbeat-timeout,--heartbeat_timeout", options->heartbeat_timeout_s,
+                  "Seconds without a heartbeat after which another node's launcher is taken for lost")
+      ->capture_default_str();
+  cmd->add_option("--rdzv-conf,--rdzv_conf", torchrun->rdzv_conf,
+                  "torchrun's rendezvous settings: join_timeout, last_call_timeout, keep_alive_interval, "
+                  "keep_alive_max_attempt (KEY=SECONDS,...)");
   cmd->add_option("--term-timeout,--term_timeout", options->term_timeout_s,
                   "Seconds between SIGTERM and SIGKILL when stopping workers")
       ->capture_default_str();
@@ -138,11 +205,15 @@ void add_run_command(CLI::App& app) {
   cmd->callback([cmd, options, filter, endpoint, torchrun] {
     options->command = cmd->remaining();
     if (!options->command.empty() && options->command.front() == "--") options->command.erase(options->command.begin());
+    parse_nnodes(torchrun->nnodes, *options);
+    if (!torchrun->rdzv_conf.empty()) parse_rdzv_conf(torchrun->rdzv_conf, *options);
     if (!filter->empty()) options->local_ranks_filter = parse_rank_list(*filter);
     if (!endpoint->empty()) parse_endpoint(*endpoint, *options);
     check_rdzv_backend(torchrun->rdzv_backend);
     if (torchrun->standalone) {
-      if (options->nnodes != 1) throw InputError("run: --standalone runs one node; drop --nnodes", 2);
+      if (options->nnodes != 1 || options->min_nnodes > 1) {
+        throw InputError("run: --standalone runs one node; drop --nnodes", 2);
+      }
       options->master_addr = "127.0.0.1";
       options->master_port = 0;
     }

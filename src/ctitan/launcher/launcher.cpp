@@ -6,12 +6,14 @@
 #include "ctitan/launcher/launcher.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <memory>
 
 #include "ctitan/common/error.h"
@@ -28,7 +30,7 @@ using Clock = std::chrono::steady_clock;
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 struct Outcome {
-  enum Kind { kSucceeded, kFailed, kInterrupted } kind = kSucceeded;
+  enum Kind { kSucceeded, kFailed, kInterrupted, kRescale } kind = kSucceeded;
   RoundFailure failure;   // kFailed
   int failed_local = -1;  // kFailed here: local index of the worker at fault
 };
@@ -44,7 +46,9 @@ class Supervisor {
   bool interrupted() { return signals_.poll_signal() != 0; }
   void report_abort(int round);
   void leave();
-  void print_summary(const Outcome& outcome, int round) const;
+  void print_summary(const Outcome& outcome, int round, int restarts) const;
+  // This node's options for the round just joined: an elastic round numbers its nodes anew.
+  LaunchOptions round_options() const;
 
   LaunchOptions o_;
   SignalPipe signals_;
@@ -61,9 +65,14 @@ int Supervisor::run() {
                signal_name(signo));
     return 128 + signo;
   }
-  int first_rank = o_.node_rank * o_.nproc_per_node;
-  spdlog::info("run: node {} of {}: ranks {}-{} of {}, store at {}:{}", o_.node_rank, o_.nnodes, first_rank,
-               first_rank + o_.nproc_per_node - 1, o_.nnodes * o_.nproc_per_node, o_.master_addr, store_->port());
+  if (o_.elastic()) {
+    spdlog::info("run: node {} of {}-{} (elastic), {} workers, store at {}:{}", o_.node_rank, o_.min_nnodes, o_.nnodes,
+                 o_.nproc_per_node, o_.master_addr, store_->port());
+  } else {
+    int first_rank = o_.node_rank * o_.nproc_per_node;
+    spdlog::info("run: node {} of {}: ranks {}-{} of {}, store at {}:{}", o_.node_rank, o_.nnodes, first_rank,
+                 first_rank + o_.nproc_per_node - 1, o_.nnodes * o_.nproc_per_node, o_.master_addr, store_->port());
+  }
   int code = 0;
   try {
     code = run_rounds();
@@ -76,20 +85,38 @@ int Supervisor::run() {
   return code;
 }
 
+LaunchOptions Supervisor::round_options() const {
+  LaunchOptions round = o_;
+  round.nnodes = int(store_->members().size());
+  round.node_rank = store_->rank_in_round();
+  return round;
+}
+
 int Supervisor::run_rounds() {
+  int restarts = 0;
   for (int round = 0;; ++round) {
     auto joined = store_->join(round, [this] { return interrupted(); });
     if (joined == LauncherStore::Join::kAborted) {
       auto failure = store_->failure(round);
       throw InputError(fmt::format("run: stopping: {}", failure ? failure->what : "another node aborted"));
     }
+    if (joined == LauncherStore::Join::kLate) {
+      spdlog::info("run: round {} started with nodes {} before node {} arrived; joining the next round", round,
+                   fmt::join(store_->members(), ","), o_.node_rank);
+      continue;
+    }
     Outcome outcome{Outcome::kInterrupted, {}, -1};
     if (joined == LauncherStore::Join::kJoined) {
-      group_ = std::make_unique<WorkerGroup>(o_, round, store_->port(), signals_);
+      auto options = round_options();
+      if (o_.elastic()) {
+        spdlog::info("run: round {}: nodes {}, world size {}; this node is group rank {}", round,
+                     fmt::join(store_->members(), ","), options.nnodes * o_.nproc_per_node, options.node_rank);
+      }
+      group_ = std::make_unique<WorkerGroup>(options, round, store_->port(), signals_);
       outcome = monitor(round);
       if (outcome.kind == Outcome::kSucceeded) {
         group_->finish();
-        spdlog::info("run: all {} workers of round {} exited 0", o_.nnodes * o_.nproc_per_node, round);
+        spdlog::info("run: all {} workers of round {} exited 0", options.nnodes * o_.nproc_per_node, round);
         return 0;
       }
       // Forward the launcher's own signal; otherwise SIGTERM, as torchrun does.
@@ -103,12 +130,25 @@ int Supervisor::run_rounds() {
                  group_ ? ", and its workers with it" : "");
       return 128 + signo;
     }
-    if (!outcome.failure.abort && round < o_.max_restarts) {
-      spdlog::warn("run: round {} failed: {}; restarting ({} of {} restarts)", round, outcome.failure.what,
-                   round + 1, o_.max_restarts);
+    bool rescale = outcome.kind == Outcome::kRescale;
+    if (!rescale && !outcome.failure.abort && store_ok_) {
+      try {
+        rescale = store_->rescaling(round);  // a worker failed because another node stopped its own
+      } catch (const std::exception&) {
+        store_ok_ = false;
+      }
+    }
+    if (rescale) {
+      spdlog::warn("run: round {} ended to admit a waiting node; restarting with it (no restart used)", round);
       continue;
     }
-    print_summary(outcome, round);
+    if (!outcome.failure.abort && restarts < o_.max_restarts) {
+      ++restarts;
+      spdlog::warn("run: round {} failed: {}; restarting ({} of {} restarts)", round, outcome.failure.what, restarts,
+                   o_.max_restarts);
+      continue;
+    }
+    print_summary(outcome, round, restarts);
     return 1;
   }
 }
@@ -141,11 +181,18 @@ Outcome Supervisor::monitor(int round) {
       if (marked_done && store_->all_done(round)) return {Outcome::kSucceeded, {}, -1};
       if (auto peer = store_->silent_peer(round)) {
         RoundFailure failure{o_.node_rank,
-                             fmt::format("node {}'s launcher stopped responding for {}s", *peer,
-                                         LauncherStore::kPeerTimeout.count()),
+                             fmt::format("node {} is lost: its launcher sent no heartbeat for {}s "
+                                         "(--heartbeat-timeout)",
+                                         *peer, o_.heartbeat_timeout_s),
                              false};
+        store_->mark_lost(*peer);
         store_->report_failure(round, failure);
         return {Outcome::kFailed, failure, -1};
+      }
+      if (auto waiting = store_->waiting_node(round)) {
+        spdlog::info("run: node {} waits to join (--nnodes {}:{})", *waiting, o_.min_nnodes, o_.nnodes);
+        store_->mark_rescale(round);
+        return {Outcome::kRescale, {o_.node_rank, fmt::format("node {} joins", *waiting), false}, -1};
       }
     } catch (const std::exception& e) {
       store_ok_ = false;
@@ -181,10 +228,10 @@ void Supervisor::leave() {
   }
 }
 
-void Supervisor::print_summary(const Outcome& outcome, int round) const {
+void Supervisor::print_summary(const Outcome& outcome, int round, int restarts) const {
   const auto& f = outcome.failure;
   std::string where = f.node == o_.node_rank ? "" : fmt::format(" on node {}", f.node);
-  std::string out = fmt::format("ctitan run: failure summary (round {}, {} of {} restarts used)\n", round, round,
+  std::string out = fmt::format("ctitan run: failure summary (round {}, {} of {} restarts used)\n", round, restarts,
                                 o_.max_restarts);
   out += fmt::format("  root cause: {}{}\n", f.what, where);
   if (group_) out += group_->report(outcome.failed_local);
@@ -199,6 +246,9 @@ void validate(const LaunchOptions& o) {
   auto fail = [](const std::string& message) { throw InputError("run: " + message, 2); };
   if (o.nproc_per_node < 1) fail(fmt::format("--nproc-per-node must be at least 1 (got {})", o.nproc_per_node));
   if (o.nnodes < 1) fail(fmt::format("--nnodes must be at least 1 (got {})", o.nnodes));
+  if (o.min_nnodes < 0 || o.min_nnodes > o.nnodes) {
+    fail(fmt::format("--nnodes {}:{}: MIN must be in [1, MAX]", o.min_nnodes, o.nnodes));
+  }
   if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
     fail(fmt::format("--node-rank must be in [0, {}) for --nnodes {} (got {})", o.nnodes, o.nnodes, o.node_rank));
   }
@@ -222,6 +272,12 @@ void validate(const LaunchOptions& o) {
   if (!(o.monitor_interval_s > 0)) fail("--monitor-interval must be > 0 seconds");
   if (!(o.rdzv_timeout_s > 0)) fail("--rdzv-timeout must be > 0 seconds");
   if (!(o.term_timeout_s >= 0)) fail("--term-timeout must be >= 0 seconds");
+  if (!(o.heartbeat_timeout_s > 0) || !std::isfinite(o.heartbeat_timeout_s)) {
+    fail("--heartbeat-timeout must be > 0 seconds");
+  }
+  if (!(o.last_call_timeout_s >= 0) || !std::isfinite(o.last_call_timeout_s)) {
+    fail("--rdzv-conf last_call_timeout must be >= 0 seconds");
+  }
   if (o.command.empty()) {
     fail(o.exec ? "--exec needs a program to run: ctitan run [flags] --exec PROG [ARGS...]"
                 : "missing the command to run: ctitan run [flags] train --config FILE (or --exec PROG ARGS...)");

@@ -18,7 +18,8 @@ namespace ctitan::launcher {
 
 struct LaunchOptions {
   int nproc_per_node = 1;              // workers on this node
-  int nnodes = 1;                      // launchers (nodes) in the job
+  int nnodes = 1;                      // launchers (nodes) in the job; elastic: the most (--nnodes MIN:MAX)
+  int min_nnodes = 0;                  // elastic: the fewest nodes a round may start with (0: nnodes)
   int node_rank = 0;                   // this launcher's node index; node 0 hosts the store
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;             // 0: the store picks a free port (single node only)
@@ -33,9 +34,17 @@ struct LaunchOptions {
   std::string role = "default";        // the workers' role, as ROLE_NAME
   double monitor_interval_s = 0.1;     // how often the store is polled for other nodes' state
   double rdzv_timeout_s = 300;         // how long to wait for every node to join a round
+  double heartbeat_timeout_s = 30;     // a node whose launcher has not beaten for this long is lost
+  double last_call_timeout_s = 30;     // elastic: once MIN nodes joined a round, how long more may join
   double term_timeout_s = 5;           // SIGTERM-to-SIGKILL grace period when stopping workers
   bool exec = false;                   // command[0] is any program, not a ctitan subcommand
   std::vector<std::string> command;    // what every worker runs (a ctitan subcommand by default)
+
+  // --nnodes MIN:MAX with MIN < MAX: a round starts with the nodes that are there (at least MIN),
+  // so a node lost for good shrinks the world instead of ending the job (torchelastic's
+  // behaviour). --node-rank still names the node; node 0 hosts the store and must stay.
+  bool elastic() const { return min_nnodes > 0 && min_nnodes < nnodes; }
+  int fewest_nodes() const { return min_nnodes > 0 ? min_nnodes : nnodes; }
 };
 
 // Throws InputError (exit code 2) naming the flag when an option is out of range or

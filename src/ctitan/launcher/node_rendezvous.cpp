@@ -8,7 +8,9 @@
 #include <unistd.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <cerrno>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -23,6 +25,7 @@ constexpr auto kPoll = std::chrono::milliseconds(50);
 const std::string kAbortKey = "launcher/abort";
 const std::string kLeftKey = "launcher/left";
 const std::string kConnectedKey = "launcher/connected";
+const std::string kLostKey = "launcher/lost";
 
 std::chrono::milliseconds to_ms(double seconds) { return std::chrono::milliseconds(int64_t(seconds * 1000)); }
 
@@ -120,34 +123,89 @@ LauncherStore::Join LauncherStore::join(int round, const std::function<bool()>& 
   if (store_->add(key(round, fmt::format("node{}", me)), 1) > 1) {
     throw InputError(fmt::format("run: two launchers joined round {} as --node-rank {}", round, me), 2);
   }
-  std::vector<std::string> everyone;
-  for (int n = 0; n < options_.nnodes; ++n) everyone.push_back(key(round, fmt::format("node{}", n)));
   auto deadline = Clock::now() + to_ms(options_.rdzv_timeout_s);
-  while (!store_->check(everyone)) {
+  std::optional<Clock::time_point> enough_since;  // node 0: since when at least MIN nodes are in
+  while (true) {
     if (interrupted()) return Join::kInterrupted;
     if (store_->check({kAbortKey})) return Join::kAborted;
+    if (auto members = read_members(round)) {
+      members_ = *members;
+      break;
+    }
+    // Node 0 closes the round: it hosts the store, so it is in every round.
+    if (me == 0) {
+      auto joined = joined_nodes(round);
+      if (int(joined.size()) >= options_.fewest_nodes() && !enough_since) enough_since = Clock::now();
+      if (int(joined.size()) == options_.nnodes ||
+          (enough_since && Clock::now() - *enough_since >= to_ms(options_.last_call_timeout_s))) {
+        store_->set(key(round, "members"), bytes(fmt::format("{}", fmt::join(joined, ","))));
+        continue;
+      }
+    }
     if (Clock::now() > deadline) {
+      auto joined = joined_nodes(round);
       std::vector<int> missing;
       for (int n = 0; n < options_.nnodes; ++n) {
-        if (!store_->check({everyone[size_t(n)]})) missing.push_back(n);
+        if (std::find(joined.begin(), joined.end(), n) == joined.end()) missing.push_back(n);
       }
+      std::string wanted = options_.elastic() ? fmt::format("--nnodes {}:{}", options_.min_nnodes, options_.nnodes)
+                                              : fmt::format("--nnodes {}", options_.nnodes);
       throw InputError(fmt::format("run: rendezvous timed out after {}s in round {}: node rank(s) {} never arrived "
-                                   "(--nnodes {}; start a launcher with each --node-rank)",
-                                   options_.rdzv_timeout_s, round, fmt::join(missing, ", "), options_.nnodes));
+                                   "({}; start a launcher with each --node-rank)",
+                                   options_.rdzv_timeout_s, round, fmt::join(missing, ", "), wanted));
     }
     std::this_thread::sleep_for(kPoll);
   }
+  if (rank_in_round() < 0) return Join::kLate;
+  check_same_nproc(round);
+  return Join::kJoined;
+}
+
+int LauncherStore::rank_in_round() const {
+  auto it = std::find(members_.begin(), members_.end(), options_.node_rank);
+  return it == members_.end() ? -1 : int(it - members_.begin());
+}
+
+std::optional<std::vector<int>> LauncherStore::read_members(int round) {
+  if (!store_->check({key(round, "members")})) return std::nullopt;
+  std::vector<int> members;
+  std::stringstream in(text(store_->get(key(round, "members"))));
+  for (std::string item; std::getline(in, item, ',');) members.push_back(std::stoi(item));
+  return members;
+}
+
+std::vector<int> LauncherStore::joined_nodes(int round) {
+  std::vector<int> joined;
   for (int n = 0; n < options_.nnodes; ++n) {
+    if (store_->check({key(round, fmt::format("node{}", n))})) joined.push_back(n);
+  }
+  return joined;
+}
+
+void LauncherStore::check_same_nproc(int round) {
+  for (int n : members_) {
     auto theirs = text(store_->get(key(round, fmt::format("nproc{}", n))));
     if (theirs != std::to_string(options_.nproc_per_node)) {
       throw InputError(fmt::format("run: node {} runs --nproc-per-node {} but node {} runs {}; every node must "
                                    "use the same",
-                                   n, theirs, me, options_.nproc_per_node),
+                                   n, theirs, options_.node_rank, options_.nproc_per_node),
                        2);
     }
   }
-  return Join::kJoined;
 }
+
+std::optional<int> LauncherStore::waiting_node(int round) {
+  if (!options_.elastic() || int(members_.size()) == options_.nnodes) return std::nullopt;
+  for (int n = 0; n < options_.nnodes; ++n) {
+    if (std::find(members_.begin(), members_.end(), n) != members_.end()) continue;
+    if (store_->check({key(round + 1, fmt::format("node{}", n))})) return n;
+  }
+  return std::nullopt;
+}
+
+void LauncherStore::mark_rescale(int round) { store_->set(key(round, "rescale"), bytes("1")); }
+
+bool LauncherStore::rescaling(int round) { return store_->check({key(round, "rescale")}); }
 
 void LauncherStore::report_failure(int round, const RoundFailure& failure) {
   const int me = options_.node_rank;
@@ -170,26 +228,30 @@ std::optional<RoundFailure> LauncherStore::failure(int round) {
 
 void LauncherStore::mark_done(int round) { store_->add(key(round, "done"), 1); }
 
-bool LauncherStore::all_done(int round) { return store_->add(key(round, "done"), 0) >= options_.nnodes; }
+bool LauncherStore::all_done(int round) { return store_->add(key(round, "done"), 0) >= int64_t(members_.size()); }
 
 std::optional<int> LauncherStore::silent_peer(int round) {
-  if (options_.nnodes == 1) return std::nullopt;
+  if (members_.size() < 2) return std::nullopt;
   auto now = Clock::now();
   if (round != beat_round_) {
     beat_round_ = round;
     peer_beats_.clear();
-    for (int n = 0; n < options_.nnodes; ++n) {
+    for (int n : members_) {
       if (n != options_.node_rank) peer_beats_[n] = Beat{-1, now};
     }
   }
-  if (now - last_beat_ < std::chrono::seconds(1)) return std::nullopt;
+  // Several beats per timeout, so that one late beat is never taken for a lost node.
+  auto timeout = to_ms(options_.heartbeat_timeout_s);
+  if (now - last_beat_ < std::min<std::chrono::milliseconds>(std::chrono::seconds(1), timeout / 4)) {
+    return std::nullopt;
+  }
   last_beat_ = now;
   store_->add(key(round, fmt::format("beat{}", options_.node_rank)), 1);
   for (auto& [node, beat] : peer_beats_) {
     int64_t value = store_->add(key(round, fmt::format("beat{}", node)), 0);
     if (value != beat.value) {
       beat = Beat{value, now};
-    } else if (now - beat.changed > kPeerTimeout) {
+    } else if (now - beat.changed > timeout) {
       return node;
     }
   }
@@ -198,10 +260,15 @@ std::optional<int> LauncherStore::silent_peer(int round) {
 
 void LauncherStore::leave() { store_->add(kLeftKey, 1); }
 
+void LauncherStore::mark_lost(int node) {
+  if (store_->add(fmt::format("launcher/lost{}", node), 1) == 1) store_->add(kLostKey, 1);
+}
+
 void LauncherStore::wait_for_peers_to_leave(std::chrono::milliseconds timeout) {
   if (options_.node_rank != 0 || options_.nnodes == 1) return;
   auto deadline = Clock::now() + timeout;
-  while (store_->add(kLeftKey, 0) < store_->add(kConnectedKey, 0) && Clock::now() < deadline) {
+  while (store_->add(kLeftKey, 0) + store_->add(kLostKey, 0) < store_->add(kConnectedKey, 0) &&
+         Clock::now() < deadline) {
     std::this_thread::sleep_for(kPoll);
   }
 }
