@@ -1,0 +1,56 @@
+#pragma once
+// The shapes job_estimate's memory walks and time model share: the widths a Llama block works
+// with, its parameters as FSDP shards them, and how a pipeline splits the layers into stages.
+// Internal to metrics/job_estimate*.cpp.
+#include <cstdint>
+#include <vector>
+
+#include "ctitan/metrics/job_estimate.h"
+#include "ctitan/models/llama/args.h"
+
+namespace ctitan::metrics::job_estimate {
+
+// The widths one block works with, per token.
+struct Widths {
+  int64_t d = 0;      // model dim
+  int64_t hd = 0;     // n_heads * head_dim: q and attention output
+  int64_t kv = 0;     // n_kv_heads * head_dim: k and v as projected
+  int64_t f = 0;      // FFN hidden
+  int64_t heads = 0;
+  int64_t vocab = 0;
+  int64_t layers = 0;
+  bool gqa = false;   // n_kv_heads < n_heads: repeat_kv materializes k and v at width hd
+  explicit Widths(const models::llama::ModelArgs& a)
+      : d(a.dim), hd(a.n_heads * a.head_dim()), kv(a.kv_heads() * a.head_dim()), f(a.ffn_hidden_dim()),
+        heads(a.n_heads), vocab(a.vocab_size), layers(a.n_layers), gqa(a.kv_heads() < a.n_heads) {}
+  // k and v as attention receives them (and saves them).
+  int64_t kv_attended() const { return gqa ? hd : kv; }
+};
+
+// One parameter: dim-0 rows (what FSDP shards) by the rest.
+struct Weight {
+  int64_t rows = 0, cols = 0;
+  bool linear = false;  // a matmul weight: autocast casts it, float8 converts it
+  int64_t numel() const { return rows * cols; }
+};
+
+// A block's nine parameters: wq wk wv wo, w1 w2 w3, the two norms.
+std::vector<Weight> block_weights(const Widths& w);
+
+// Elements of `ws`; of its matmul weights only with `linear_only`.
+int64_t numel(const std::vector<Weight>& ws, bool linear_only = false);
+
+// FSDP's flat shard of one fully_shard group on rank 0, the largest: every parameter's dim-0 rows
+// split in ceil(rows / N) pieces, padding included (parallel/fsdp/fsdp_param_group.cpp).
+int64_t padded_shard_numel(const std::vector<Weight>& ws, int64_t shards);
+
+// Pipeline stages of torchtitan's generated split: the first stage gets L / S layers, the next
+// (L mod S) stages one more, the last what is left.
+std::vector<int64_t> stage_layers(int64_t layers, int64_t stages);
+
+// Pipeline stages each rank holds: 2 under Interleaved 1F1B, else 1.
+int64_t stages_per_rank(const JobShape& job);
+// Microbatches a step's local batch is cut into for the pipeline schedule (1 without PP).
+int64_t pp_microbatches(const JobShape& job);
+
+}  // namespace ctitan::metrics::job_estimate
