@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/json_file.h"
 #include "ctitan/common/message_text.h"
 #include "ctitan/common/path_text.h"
 #include "ctitan/data/byte_level.h"
@@ -157,18 +158,6 @@ std::vector<std::pair<int32_t, int32_t>> merges_from_ranks(const TokenizerSpec& 
   out.reserve(merges.size());
   for (auto [result, left, right] : merges) out.emplace_back(left, right);
   return out;
-}
-
-void write_json_file(const fs::path& path, const json& j) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << j.dump(2, ' ', /*ensure_ascii=*/false) << "\n";
-    if (!out.flush()) throw IoError(fmt::format("cannot write {}", tmp.string()));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw IoError(fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message()));
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
@@ -17,6 +16,7 @@
 #include "ctitan/checkpoint/hf/safetensors.h"
 #include "ctitan/checkpoint/metadata.h"
 #include "ctitan/common/error.h"
+#include "ctitan/common/json_file.h"
 #include "ctitan/common/progress_bar.h"
 #include "ctitan/data/hf_tokenizer_json.h"
 #include "ctitan/data/tokenizer.h"
@@ -50,12 +50,6 @@ std::vector<std::pair<std::string, torch::Tensor>> hf_tensors(const StateDict& m
     out.emplace_back(to_hf_name(fqn), t.to(dtype).contiguous());
   }
   return out;
-}
-
-void write_json(const fs::path& path, const nlohmann::json& j) {
-  std::ofstream out(path);
-  out << j.dump(2) << "\n";
-  if (!out) throw InputError(fmt::format("HF export: cannot write {}", path.string()));
 }
 
 }  // namespace
@@ -104,10 +98,10 @@ int export_hf(const StateDict& model, const ModelArgs& args, const HfExportOptio
         for (const auto& [name, _] : shards[size_t(i)]) weight_map[name] = file;
         progress.add();
       }
-      write_json(staging / "model.safetensors.index.json",
-                 {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}});
+      write_json_file(staging / "model.safetensors.index.json",
+                      {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}});
     }
-    write_json(staging / "config.json", hf_config_json(args, options.dtype, specials));
+    write_json_file(staging / "config.json", hf_config_json(args, options.dtype, specials));
     if (tokenizer) {
       // tokenizer.json is what `transformers` loads; tokenizer.model (the tiktoken file Meta ships)
       // too when the tokenizer fits that format.
