@@ -3,16 +3,22 @@
 // bytes and a lower activation peak.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "ctitan/common/error.h"
 #include "ctitan/config/config_fields.h"
+#include "ctitan/distributed/communicator.h"
 #include "ctitan/metrics/memory_tracker.h"
 #include "ctitan/parallel/activation_checkpoint.h"
 #include "ctitan/parallel/op_selective_checkpoint.h"
+#include "ctitan/parallel/tp/tensor_parallel.h"
 #include "ctitan/train/trainer.h"
 #include "support/parity.h"
 #include "support/test_support.h"
+#include "support/thread_ranks.h"
 #include "support/tiny_job.h"
 
 namespace ctitan {
@@ -198,6 +204,54 @@ TEST(ActivationCheckpoint, OpSelectiveKeepsMatmulsAndAttentionAndGradientsAreExa
   });
   EXPECT_EQ(computed, 1);
   EXPECT_TRUE(torch::equal(y, torch::ones({2})));
+}
+
+// TP(2) on 2 thread ranks: per block the first forward keeps 4 matmul outputs, the attention
+// kernel's and both reduce-scatters' (7 ops), and the recompute takes all 7 back on each rank;
+// every gradient equals the TP model without checkpointing, bitwise.
+TEST(ActivationCheckpoint, OpSelectiveUnderTensorParallelKeepsTheReduceScatters) {
+  models::llama::ModelArgs args;
+  args.dim = 32;
+  args.n_layers = 2;
+  args.n_heads = 4;
+  args.vocab_size = 16;
+  args.max_seq_len = 16;
+  auto store = testing::in_memory_store();
+  std::mutex build;  // model construction draws from the global generator
+  auto errors = testing::on_thread_ranks(2, [&](int rank) {
+    auto group = std::shared_ptr<distributed::Communicator>(
+        distributed::Communicator::create(store, "tp", rank, 2, std::chrono::seconds(60), "127.0.0.1"));
+    auto grads = [&](bool op) {
+      models::llama::Transformer model{nullptr};
+      {
+        std::lock_guard<std::mutex> lock(build);
+        torch::manual_seed(3);
+        model = models::llama::Transformer(args);
+        models::llama::init_weights(*model);
+      }
+      parallel::tp::TensorParallel tp(*model, group, /*loss_parallel=*/true);
+      if (op) parallel::apply_activation_checkpointing(*model, {config::ActivationCheckpointMode::kSelective, "op"});
+      auto tokens = torch::arange(32, torch::kLong).remainder(16).view({2, 16});  // (B, T), the same on both ranks
+      const auto before = parallel::op_sac_counts();
+      auto loss = tp.vocab_parallel_cross_entropy_sum(model->forward(tokens), tokens, -100);
+      const auto after_forward = parallel::op_sac_counts();
+      loss.backward();
+      const auto after_backward = parallel::op_sac_counts();
+      const int64_t per_model = op ? 7 * args.n_layers : 0;
+      if (after_forward.saved - before.saved != per_model || after_backward.replayed - before.replayed != per_model) {
+        throw std::runtime_error(fmt::format("kept {} and took back {} ops, expected {}", after_forward.saved - before.saved,
+                                             after_backward.replayed - before.replayed, per_model));
+      }
+      std::vector<torch::Tensor> out;
+      for (const auto& p : model->parameters()) out.push_back(p.grad().clone());
+      return out;
+    };
+    auto none = grads(false), op = grads(true);
+    for (size_t i = 0; i < none.size(); ++i) {
+      if (!torch::equal(op[i], none[i])) throw std::runtime_error("gradient " + std::to_string(i) + " differs");
+    }
+  });
+  EXPECT_EQ(testing::rank_errors(errors), "");
 }
 
 // A recompute that does not call the ops the first forward called is an error, not a silent
