@@ -141,7 +141,7 @@ int64_t bytes_kept_by_blocks(config::ActivationCheckpointMode mode, const std::s
   return after_blocks - start;
 }
 
-// Op SAC keeps, per block, the input, every other matmul output (wq, wv, w1, w2) and attention's
+// Op SAC keeps, per block, the input, every other matmul output (wq, wv, w1 or w3, w2) and attention's
 // output and logsumexp; none keeps every op's inputs; full only the input. The relation holds on
 // any machine: the bytes are the tensors' sizes, not timings. The ratio is printed for the docs.
 TEST(ActivationCheckpoint, OpSelectiveKeepsFewerBytesThanNoneAndMoreThanFull) {
