@@ -324,7 +324,23 @@ void flip_byte(const fs::path& file, size_t at) {
   write_file(file.string(), bytes);
 }
 
+// Where the model tensor `key` starts in step/rank-00000.bin.
+size_t tensor_offset(const fs::path& step, const std::string& key) {
+  auto j = nlohmann::json::parse(read_file((step / "metadata.json").string()));
+  for (const auto& e : j["entries"]) {
+    if (e["part"] == "model" && e["key"] == key) return e["offset"].get<size_t>();
+  }
+  ADD_FAILURE() << "no model tensor " << key << " in " << step;
+  return 0;
+}
+
 void truncate_half(const fs::path& file) { fs::resize_file(file, fs::file_size(file) / 2); }
+
+// Export and generate read the model's tensors only (the optimizer's state follows them in the
+// shard, so cutting the file in half leaves the model whole): cut inside the first of them.
+void truncate_in_model(const fs::path& step) {
+  fs::resize_file(step / "rank-00000.bin", tensor_offset(step, "tok_embeddings.weight") + 100);
+}
 
 // The HF cases: dir/hf is a copy of the suite's export with `damage` applied; then `command`.
 std::function<std::vector<Process>(const fs::path&)> damaged_hf(
@@ -390,7 +406,7 @@ std::vector<Process> ranks(const fs::path& dir, int n, const std::string& addr, 
                            std::function<Args(int)> extra, std::function<std::string(int)> world_size = nullptr) {
   std::vector<Process> processes;
   for (int r = 0; r < n; ++r) {
-    auto p = train(dir / ("rank" + std::to_string(r)), concat({"--comm.init_timeout_seconds", "20"}, extra(r)));
+    auto p = train(dir / "job", concat({"--comm.init_timeout_seconds", "20"}, extra(r)));
     p.env = {{"RANK", std::to_string(r)}, {"LOCAL_RANK", std::to_string(r)},
              {"WORLD_SIZE", world_size ? world_size(r) : std::to_string(n)},
              {"LOCAL_WORLD_SIZE", std::to_string(n)}, {"MASTER_ADDR", addr}, {"MASTER_PORT", std::to_string(port)}};
@@ -429,7 +445,7 @@ std::vector<Case> bad_input_table(const fs::path& checkpoints, const fs::path& h
   t.push_back({"config", "unknown enum value", 2, {"training.dataset"}, config_file("[training]\ndataset = \"csv\"\n")});
   t.push_back({"config", "fraction above 1", 2, {"lr_scheduler.decay_ratio"},
                config_file("[lr_scheduler]\ndecay_ratio = 1.5\n")});
-  t.push_back({"config", "zero out of range", 2, {"metrics.log_freq"}, config_file("[metrics]\nlog_freq = 0\n")});
+  t.push_back({"config", "zero out of range", 2, {"checkpoint.interval"}, config_file("[checkpoint]\ninterval = 0\n")});
   t.push_back({"config", "non-finite: nan", 2, {"optimizer.weight_decay"},
                config_file("[optimizer]\nweight_decay = nan\n")});
   t.push_back({"config", "non-finite: inf", 2, {"optimizer.eps"}, config_file("[optimizer]\neps = inf\n")});
@@ -556,33 +572,34 @@ std::vector<Case> bad_input_table(const fs::path& checkpoints, const fs::path& h
        }
        write_file((s / "metadata.json").string(), j.dump());
      }, resume);
-  ck("another model size: dim 128", {step4, "tok_embeddings.weight"}, [](const fs::path&) {},
+  ck("another model size: dim 128", {step4, "wk.weight", "128x128"}, [](const fs::path&) {},
      [](const fs::path& dir, const fs::path& s) { return resume_step4(dir, s, {"--model.dim", "128"}); });
   ck("another model size: 3 layers", {step4, "layers.2"}, [](const fs::path&) {},
      [](const fs::path& dir, const fs::path& s) { return resume_step4(dir, s, {"--model.n_layers", "3"}); });
-  ck("another model size: vocab 48", {step4, "tok_embeddings.weight"}, [](const fs::path&) {},
+  ck("another model size: vocab 48", {step4, "output.weight"}, [](const fs::path&) {},
      [](const fs::path& dir, const fs::path& s) { return resume_step4(dir, s, {"--model.vocab_size", "48"}); });
   ck("another model size: 2 KV heads", {step4, "wk.weight"}, [](const fs::path&) {},
      [](const fs::path& dir, const fs::path& s) { return resume_step4(dir, s, {"--model.n_kv_heads", "2"}); });
-  ck("initial_load_path: flipped byte", {"checkpoint.initial_load_path", shard},
-     [](const fs::path& s) { flip_byte(s / "rank-00000.bin", 3000); },
+  // A model-only initial load reads the model's tensors only: the byte is flipped inside one.
+  ck("initial_load_path: flipped byte in a model tensor", {"checkpoint.initial_load_path", shard},
+     [](const fs::path& s) { flip_byte(s / "rank-00000.bin", tensor_offset(s, "tok_embeddings.weight") + 100); },
      [](const fs::path& dir, const fs::path& s) {
        return train(dir, {"--checkpoint.enable", "true", "--checkpoint.folder", (dir / "fresh").string(),
                           "--checkpoint.initial_load_path", s.string()});
      });
-  ck("initial_load_path: missing", {"checkpoint.initial_load_path", "{dir}/checkpoint/step-9"}, [](const fs::path&) {},
+  ck("initial_load_path: missing", {"checkpoint.initial_load_path", "{dir}/checkpoint/step-9 does not exist"}, [](const fs::path&) {},
      [](const fs::path& dir, const fs::path& s) {
        return train(dir, {"--checkpoint.enable", "true", "--checkpoint.folder", (dir / "fresh").string(),
                           "--checkpoint.initial_load_path", (s.parent_path() / "step-9").string()});
      });
-  ck("initial_load_path: a file", {"checkpoint.initial_load_path", meta}, [](const fs::path&) {},
+  ck("initial_load_path: a file", {"checkpoint.initial_load_path", meta + " is not a directory"}, [](const fs::path&) {},
      [](const fs::path& dir, const fs::path& s) {
        return train(dir, {"--checkpoint.enable", "true", "--checkpoint.folder", (dir / "fresh").string(),
                           "--checkpoint.initial_load_path", (s / "metadata.json").string()});
      });
   ck("inspect --verify: flipped byte", {shard}, [](const fs::path& s) { flip_byte(s / "rank-00000.bin", 3000); },
      [](const fs::path&, const fs::path& s) { return Process{{"checkpoint", "inspect", "--verify", s.string()}}; });
-  ck("export: truncated shard", {shard}, [](const fs::path& s) { truncate_half(s / "rank-00000.bin"); },
+  ck("export: shard cut inside a model tensor", {shard}, truncate_in_model,
      [](const fs::path& dir, const fs::path& s) {
        return Process{{"checkpoint", "export", "--input", s.string(), "--output", (dir / "out").string()}};
      });
@@ -594,7 +611,7 @@ std::vector<Case> bad_input_table(const fs::path& checkpoints, const fs::path& h
      [](const fs::path&, const fs::path& s) {
        return Process{{"generate", "--checkpoint", s.string(), "--prompt-ids", "1,2", "--max-new-tokens", "2"}};
      });
-  ck("generate: truncated shard", {shard}, [](const fs::path& s) { truncate_half(s / "rank-00000.bin"); },
+  ck("generate: shard cut inside a model tensor", {shard}, truncate_in_model,
      [](const fs::path&, const fs::path& s) {
        return Process{{"generate", "--checkpoint", s.string(), "--prompt-ids", "1,2", "--max-new-tokens", "2"}};
      });
@@ -663,7 +680,7 @@ std::vector<Case> bad_input_table(const fs::path& checkpoints, const fs::path& h
                damaged_hf(hf, edit_config_json([](nlohmann::json& j) { j["rms_norm_eps"] = -1; }))});
   t.push_back({"hf", "config.json: heads do not divide hidden_size", 1, {config, "num_attention_heads"},
                damaged_hf(hf, edit_config_json([](nlohmann::json& j) { j["num_attention_heads"] = 5; }))});
-  t.push_back({"hf", "config.json: vocab_size not the tensors' (generate)", 1, {weights, "embed_tokens"},
+  t.push_back({"hf", "config.json: vocab_size not the tensors' (generate)", 1, {"{dir}/hf", "output.weight"},
                damaged_hf(hf, edit_config_json([](nlohmann::json& j) { j["vocab_size"] = 40; }), "generate")});
   // ---- the launcher and the rendezvous ----
   t.push_back({"launcher", "--nnodes 0", 2, {"--nnodes"}, [](const fs::path&) { return launcher({"--nnodes", "0"}); }});

@@ -196,6 +196,15 @@ Metadata metadata_from_json(const std::string& text, const std::string& where) {
 }
 
 Metadata read_metadata(const std::filesystem::path& step_dir) {
+  // A path that is not a directory would be named as "<path>/metadata.json is missing".
+  std::error_code ec;
+  if (!std::filesystem::exists(step_dir, ec)) {
+    throw InputError(fmt::format("checkpoint error: {} does not exist", step_dir.string()));
+  }
+  if (!std::filesystem::is_directory(step_dir, ec)) {
+    throw InputError(fmt::format("checkpoint error: {} is not a directory (a checkpoint is a step-N directory)",
+                                 step_dir.string()));
+  }
   auto path = step_dir / kMetadataFile;
   std::ifstream in(path);
   if (!in) throw InputError(fmt::format("checkpoint error: {} is missing: not a complete checkpoint", path.string()));
