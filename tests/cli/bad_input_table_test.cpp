@@ -592,6 +592,7 @@ std::vector<Case> bad_input_table(const fs::path& checkpoints, const fs::path& h
        return train(dir, {"--checkpoint.enable", "true", "--checkpoint.folder", (dir / "fresh").string(),
                           "--checkpoint.initial_load_path", (s.parent_path() / "step-9").string()});
      });
+  // Said "<file>/metadata.json is missing".
   ck("initial_load_path: a file", {"checkpoint.initial_load_path", meta + " is not a directory"}, [](const fs::path&) {},
      [](const fs::path& dir, const fs::path& s) {
        return train(dir, {"--checkpoint.enable", "true", "--checkpoint.folder", (dir / "fresh").string(),
@@ -700,6 +701,8 @@ std::vector<Case> bad_input_table(const fs::path& checkpoints, const fs::path& h
   t.push_back({"launcher", "store port in use", 1, {"{port}"}, [](const fs::path&) {
                  return launcher({"--master-port", std::to_string(port_in_use())});
                }});
+  // Issue #17 item 11: node 0 retried an unresolvable name for --rdzv-timeout (300 s), ignoring
+  // SIGTERM, with a c10d warning per try; node 1 waited as long for "nothing listens there".
   t.push_back({"launcher", "--master-addr unresolvable (node 0)", 2, {"--master-addr", kNoSuchHost}, [](const fs::path&) {
                  return launcher({"--nnodes", "2", "--node-rank", "0", "--master-addr", kNoSuchHost,
                                   "--master-port", std::to_string(free_port())});
@@ -712,6 +715,7 @@ std::vector<Case> bad_input_table(const fs::path& checkpoints, const fs::path& h
                  auto p = ranks(dir, 2, "127.0.0.1", port_in_use(), [](int) { return Args{}; });
                  return P{p[0]};
                }});
+  // Printed c10d's retries and two backtraces before the error line.
   t.push_back({"launcher", "worker rank 1: MASTER_ADDR unresolvable", 1, {"rank 1", kNoSuchHost}, [](const fs::path& dir) {
                  auto p = ranks(dir, 2, kNoSuchHost, free_port(), [](int) { return Args{}; });
                  return P{p[1]};
@@ -729,6 +733,7 @@ std::vector<Case> bad_input_table(const fs::path& checkpoints, const fs::path& h
                    return Args{"--debug.seed", r == 2 ? "8" : "7"};
                  });
                }});
+  // The same race in the rendezvous itself: rank 1 printed "Failed to recv" and a backtrace.
   t.push_back({"launcher", "ranks disagree on WORLD_SIZE (rank 0 hosts the store)", 1, {"WORLD_SIZE"},
                [](const fs::path& dir) {
                  return ranks(dir, 2, "127.0.0.1", free_port(), [](int) { return Args{}; },
