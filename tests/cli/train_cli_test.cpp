@@ -133,7 +133,7 @@ TEST(CliUsage, ParseErrorsExitTwoWithOneLineNamingTheFlag) {
       {{"checkpoint", "export", "--output", "x"}, "ctitan: checkpoint export: --input is required"},
       {{"checkpoint", "export", "--input"}, "ctitan: checkpoint export: --input: 1 required"},
       {{"checkpoint", "import", "--input", "a", "--output", "b", "--bogus"}, "--bogus"},
-      {{"run", "--nnodes", "abc", "train"}, "ctitan: run: Could not convert: --nnodes = abc"},
+      {{"run", "--nnodes", "abc", "train"}, "ctitan: run: --nnodes 'abc' is not N or MIN:MAX"},
       {{"generate", "--checkpoint", "x", "--max-new-tokens", "x"},
        "ctitan: generate: --max-new-tokens: 'x' is not a non-negative number; see ctitan generate --help"},
       {{"generate", "--checkpoint", "x", "--temperature", "nan"}, "--temperature: 'nan' is not a non-negative number"},
