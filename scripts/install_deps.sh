@@ -13,6 +13,7 @@ packages=(
   python3-venv    # the venv that provides libtorch (scripts/setup_venv.sh)
   libgloo-dev     # declarations ProcessGroupGloo.hpp includes; the torch wheel does not ship them
   fortunes        # the demo corpus
+  iproute2        # `ip netns`: the multi-node test's two hosts (tests/launcher/multi_node_netns_test.cpp)
 )
 
 missing=()
