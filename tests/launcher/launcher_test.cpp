@@ -339,6 +339,10 @@ TEST(CliLauncher, BadUsageIsOneLineAndExitTwo) {
       {{"run", "--standalone", "--tee", "3", "--exec", "/bin/true"}, "give --log-dir"},
       {{"run", "--standalone", "--log-dir", "/tmp", "--redirects", "7", "--exec", "/bin/true"}, "--redirects '7'"},
       {{"run", "--standalone", "--nnodes", "2", "--exec", "/bin/true"}, "--standalone runs one node"},
+      // Node 0 hosting the store at another machine's address (TEST-NET-1, never assigned; only
+      // a local bind() is tried, nothing is sent) used to wait out --rdzv-timeout.
+      {{"run", "--master-addr", "192.0.2.1", "--master-port", "0", "--exec", "/bin/true"},
+       "--master-addr 192.0.2.1, but no address it resolves to belongs to this machine"},
   };
   for (const auto& c : cases) {
     auto r = testing::run_ctitan(c.args, 30);

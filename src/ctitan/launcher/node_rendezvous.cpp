@@ -59,6 +59,30 @@ bool accepts_connections(const std::string& host, int port) {
   return ok;
 }
 
+// Empty when `host` names an address of this machine (some resolved address can be bound), else
+// why not. Node 0 hosts the store at --master-addr: given another machine's address, c10d's own
+// client would retry connecting to it until --rdzv-timeout, deaf to SIGTERM.
+std::string not_local_reason(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), "0", &hints, &found) != 0) return "it does not resolve";
+  std::string why = "no address it resolves to belongs to this machine";
+  for (addrinfo* ai = found; ai; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    bool bound = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+    close(fd);
+    if (bound) {
+      why.clear();
+      break;
+    }
+  }
+  freeaddrinfo(found);
+  return why;
+}
+
 }  // namespace
 
 LauncherStore::LauncherStore(const LaunchOptions& options, const std::function<bool()>& interrupted)
@@ -73,6 +97,12 @@ LauncherStore::LauncherStore(const LaunchOptions& options, const std::function<b
     throw InputError(fmt::format("run: --master-addr '{}' cannot be resolved: {}", options.master_addr, why), 2);
   }
   if (tcp.isServer) {
+    if (auto why = not_local_reason(options.master_addr); !why.empty()) {
+      throw InputError(fmt::format("run: --node-rank 0 hosts the rendezvous store at --master-addr {}, but {}; "
+                                   "give node 0 its own address",
+                                   options.master_addr, why),
+                       2);
+    }
     tcp.timeout = to_ms(options.rdzv_timeout_s);
     try {
       distributed::QuietC10dLogs quiet;  // the exception becomes the one line below
