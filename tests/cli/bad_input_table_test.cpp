@@ -698,7 +698,7 @@ std::vector<Case> bad_input_table(const fs::path& checkpoints, const fs::path& h
                [](const fs::path&) { return launcher({"--nnodes", "2", "--master-port", "0"}); }});
   t.push_back({"launcher", "--nproc-per-node 0", 2, {"--nproc-per-node"},
                [](const fs::path&) { return launcher({"--nproc-per-node", "0"}); }});
-  t.push_back({"launcher", "store port in use", 1, {"{port}"}, [](const fs::path&) {
+  t.push_back({"launcher", "store port in use", 1, {"{port}", "already in use"}, [](const fs::path&) {
                  return launcher({"--master-port", std::to_string(port_in_use())});
                }});
   // Issue #17 item 11: node 0 retried an unresolvable name for --rdzv-timeout (300 s), ignoring

@@ -111,8 +111,12 @@ LauncherStore::LauncherStore(const LaunchOptions& options, const std::function<b
       store_ = store;
       store_->add(kConnectedKey, 1);
     } catch (const std::exception& e) {
+      std::string what = first_line(e.what());
+      if (what.find("EADDRINUSE") != std::string::npos || what.find("Address already in use") != std::string::npos) {
+        what = "the port is already in use (another job, or a launcher still running?); pick another --master-port";
+      }
       throw InputError(fmt::format("run: cannot host the rendezvous store on {}:{}: {}", options.master_addr,
-                                   options.master_port, first_line(e.what())));
+                                   options.master_port, what));
     }
     return;
   }
