@@ -66,6 +66,20 @@ ProgressPublisher& publisher() {
   return *p;
 }
 
+// Keeps the backend of a failed group alive for the rest of the process (see ~Communicator).
+// Parked in a static list rather than released: memory still reachable is not a leak to
+// LeakSanitizer, so `make test-asan` tells this deliberate one from real ones.
+void abandon(std::unique_ptr<CollectiveBackend> backend) {
+  struct Abandoned {
+    std::mutex mutex;
+    std::vector<std::unique_ptr<CollectiveBackend>> backends;
+  };
+  static auto* abandoned = new Abandoned();  // NOLINT: deliberate leak, never destroyed
+  if (!backend) return;
+  std::lock_guard<std::mutex> lock(abandoned->mutex);
+  abandoned->backends.push_back(std::move(backend));
+}
+
 void register_board(const std::shared_ptr<ProgressBoard>& board) {
   auto& p = publisher();
   std::lock_guard<std::mutex> lock(p.mutex);
@@ -167,8 +181,8 @@ Communicator::~Communicator() {
   // ~ProcessGroupGloo joins its threads: destroying the group would hang the exit for up to
   // Gloo's own timeout. A failed group is about to take its process down anyway, so leak it.
   if (health_->failed()) {
-    gloo_.release();  // NOLINT: deliberate leak
-    nccl_.release();  // NOLINT: deliberate leak
+    abandon(std::move(gloo_));
+    abandon(std::move(nccl_));
   }
 }
 
