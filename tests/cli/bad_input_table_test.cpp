@@ -542,7 +542,7 @@ std::vector<Case> bad_input_table(const fs::path& checkpoints, const fs::path& h
                tokenizer_file("t/tokenizer.json", tokenizer_json([](nlohmann::json& j) { j["model"]["type"] = "WordPiece"; }))});
   t.push_back({"tokenizer", "tokenizer.json: model.type a number", 1, {"{dir}/t/tokenizer.json"},
                tokenizer_file("t/tokenizer.json", tokenizer_json([](nlohmann::json& j) { j["model"]["type"] = 3; }))});
-  t.push_back({"tokenizer", "tokenizer.json: vocab an array (train)", 1, {"{dir}/t/tokenizer.json"},
+  t.push_back({"tokenizer", "tokenizer.json: vocab an array (train)", 1, {"{dir}/t/tokenizer.json", "model.vocab must be an object"},
                tokenizer_file("t/tokenizer.json", tokenizer_json([](nlohmann::json& j) { j["model"]["vocab"] = {1, 2}; }),
                               true)});
   t.push_back({"tokenizer", "a directory with no tokenizer", 1, {"{dir}/empty_tok"}, [](const fs::path& dir) {
@@ -670,7 +670,7 @@ std::vector<Case> bad_input_table(const fs::path& checkpoints, const fs::path& h
   t.push_back({"hf", "config.json: not JSON", 1, {config}, damaged_hf(hf, [](const fs::path& h) {
                  write_file((h / "config.json").string(), "{\"hidden_size\": 64,");
                })});
-  t.push_back({"hf", "config.json: missing", 1, {"{dir}/hf"}, damaged_hf(hf, [](const fs::path& h) {
+  t.push_back({"hf", "config.json: missing", 1, {"{dir}/hf", "No such file or directory"}, damaged_hf(hf, [](const fs::path& h) {
                  fs::remove(h / "config.json");
                })});
   t.push_back({"hf", "config.json: hidden_size missing", 1, {config, "hidden_size"},

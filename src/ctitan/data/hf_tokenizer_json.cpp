@@ -194,7 +194,11 @@ TokenizerSpec read_hf_tokenizer_spec(const fs::path& file) {
 
   // Ids must be dense: 0..n-1, each naming one token, from the vocab or added_tokens.
   std::map<int64_t, std::pair<std::string, bool>> by_id;  // id -> (bytes or text, special)
-  if (!model.contains("vocab") || !model["vocab"].is_object()) fail(file, "model.vocab is missing");
+  if (!model.contains("vocab")) fail(file, "model.vocab is missing");
+  if (!model["vocab"].is_object()) {
+    fail(file, fmt::format("model.vocab must be an object of token -> id (got {}: only BPE models are supported)",
+                           model["vocab"].type_name()));
+  }
   std::unordered_map<std::string, int32_t> id_of_spelling;
   for (const auto& [spelling, id] : model["vocab"].items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0) fail(file, fmt::format("model.vocab['{}'] is not an id", spelling));

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -19,7 +21,7 @@ namespace fs = std::filesystem;
 
 nlohmann::json read_json(const fs::path& path) {
   std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("{}: cannot open", path.string()));
+  if (!in) throw InputError(fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)));
   try {
     return nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
