@@ -139,7 +139,7 @@ struct Checkpoint {
 // Activation checkpointing, torchtitan's [activation_checkpoint] (parallel/activation_checkpoint.h).
 struct ActivationCheckpoint {
   ActivationCheckpointMode mode = ActivationCheckpointMode::kNone;  // none | full | selective
-  std::string selective_ac_option = "2";  // selective: an integer k (every k-th block); "op" is not implemented
+  std::string selective_ac_option = "2";  // selective: an integer k (every k-th block), or "op" (op_selective_checkpoint.h)
 };
 
 struct JobConfig {

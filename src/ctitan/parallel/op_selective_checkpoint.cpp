@@ -149,16 +149,22 @@ void saved_op_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, to
   ++tls_counts.replayed;
 }
 
+// Never deleted: the registrations must outlive every op of the process. Held in globals so that
+// LeakSanitizer sees them reachable rather than lost.
+torch::Library* g_fallthrough_library = nullptr;
+torch::Library* g_saved_ops_library = nullptr;
+
 void register_kernels_once() {
   static const bool registered = [] {
     auto& dispatcher = c10::Dispatcher::singleton();
     TORCH_CHECK(!dispatcher.hasBackendFallbackForDispatchKey(kOpSacKey), "op selective AC: something in this process "
                 "already registered kernels on dispatch key ", kOpSacKey, ", which op SAC needs for itself");
-    // Leaked on purpose: the registrations must outlive every op of the process.
-    auto* all_ops = new torch::Library(torch::Library::IMPL, "_", kOpSacKey, __FILE__, __LINE__);
-    all_ops->fallback(torch::CppFunction::makeFallthrough());
-    auto* kept = new torch::Library(torch::Library::IMPL, "aten", kOpSacKey, __FILE__, __LINE__);
-    for (const char* name : kSavedAtenOps) kept->impl(name, torch::CppFunction::makeFromBoxedFunction<&saved_op_kernel>());
+    g_fallthrough_library = new torch::Library(torch::Library::IMPL, "_", kOpSacKey, __FILE__, __LINE__);
+    g_fallthrough_library->fallback(torch::CppFunction::makeFallthrough());
+    g_saved_ops_library = new torch::Library(torch::Library::IMPL, "aten", kOpSacKey, __FILE__, __LINE__);
+    for (const char* name : kSavedAtenOps) {
+      g_saved_ops_library->impl(name, torch::CppFunction::makeFromBoxedFunction<&saved_op_kernel>());
+    }
     return true;
   }();
   (void)registered;
