@@ -192,7 +192,7 @@ Outcome Supervisor::monitor(int round) {
       if (auto waiting = store_->waiting_node(round)) {
         spdlog::info("run: node {} waits to join (--nnodes {}:{})", *waiting, o_.min_nnodes, o_.nnodes);
         store_->mark_rescale(round);
-        return {Outcome::kRescale, {o_.node_rank, fmt::format("node {} joins", *waiting), false}, -1};
+        return {Outcome::kRescale, {}, -1};
       }
     } catch (const std::exception& e) {
       store_ok_ = false;
