@@ -2,7 +2,7 @@
 BUILD_DIR ?= build
 JOBS ?= 2
 
-.PHONY: deps build demo test test-all test-asan bench fuzz clean
+.PHONY: deps build demo test test-all test-asan bench fuzz fuzz-smoke clean
 
 # Debian packages, then the venv with the pinned torch (libtorch) and Python reference libraries.
 deps:
@@ -79,7 +79,8 @@ bench: build
 
 # libFuzzer targets for the parsers of untrusted input (docs/RELIABILITY.md): a separate clang
 # build in build-fuzz/, FUZZ_SECONDS per target, one target at a time. Not part of `make test`
-# nor of CI: it is a step of its own, run by hand before a release or after touching a parser.
+# (a clang build of its own); CI runs `make fuzz-smoke` after it, 30 s per target, and fails on
+# any finding. Longer runs by hand before a release or after touching a parser.
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD_DIR ?= build-fuzz
 fuzz: deps
@@ -88,6 +89,9 @@ fuzz: deps
 	  $(if $(CMAKE_PREFIX_PATH),-DCMAKE_PREFIX_PATH=$(CMAKE_PREFIX_PATH)) > /dev/null
 	@cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS)
 	FUZZ_BUILD_DIR=$(abspath $(FUZZ_BUILD_DIR)) fuzz/run_all.sh $(FUZZ_SECONDS)
+
+fuzz-smoke:
+	$(MAKE) fuzz FUZZ_SECONDS=30
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -49,6 +49,8 @@ for t in "${targets[@]}"; do
   if grep -qE '^==[0-9]+==ERROR|^SUMMARY: |deadly signal|ERROR: libFuzzer' "$log"; then
     result="FINDING: $(grep -m1 -E '^SUMMARY: |ERROR: libFuzzer' "$log" | cut -c1-120); $(ls -t "$build/artifacts/$t" | head -1)"
     failed=1
+    # The log may be all a CI run leaves behind: show the report itself.
+    grep -A 40 -m1 -E '^==[0-9]+==ERROR|deadly signal|ERROR: libFuzzer' "$log" >&2 || true
     # A crash ends the run before the final stats: count the units from the last status line.
     [ -n "$execs" ] || execs=$(grep -oE '^#[0-9]+' "$log" | tail -1 | tr -d '#')
   else

@@ -14,6 +14,7 @@ packages=(
   libgloo-dev     # declarations ProcessGroupGloo.hpp includes; the torch wheel does not ship them
   fortunes        # the demo corpus
   iproute2        # `ip netns`: the multi-node test's two hosts (tests/launcher/multi_node_netns_test.cpp)
+  clang libclang-rt-dev   # libFuzzer + sanitizers: `make fuzz`, run by CI as `make fuzz-smoke`
 )
 
 missing=()

@@ -168,6 +168,16 @@ TEST(ConfigManager, ToTomlRoundTrips) {
   EXPECT_EQ(to_toml(again), to_toml(c));
 }
 
+// Found by the CI fuzz smoke run (fuzz/corpus/config/regress_leading_newline): a string value
+// starting with a newline was printed as a TOML multi-line string, whose first newline the parser
+// drops, so the printed config (hashed at rendezvous, stored in checkpoints) named another path.
+TEST(ConfigManager, ToTomlKeepsNewlinesAndTabsInStrings) {
+  for (std::string value : {"\ntokeni", "a\nb", "\n", "tab\there", "x\r\n"}) {
+    auto c = parse_job_config("", "x", {"--training.dataset_path", value});
+    EXPECT_EQ(parse_job_config(to_toml(c), "printed").training.dataset_path, value) << to_toml(c);
+  }
+}
+
 TEST(ConfigManager, ShippedConfigsParse) {
   for (auto name : {"llama3_debug", "llama3_134m", "llama3_8b", "llama3_70b", "llama3_405b"}) {
     EXPECT_NO_THROW(load_job_config(std::string(CTITAN_SOURCE_DIR) + "/configs/" + name + ".toml", {})) << name;

@@ -373,8 +373,13 @@ std::string to_toml(const JobConfig& config) {
         },
         f.target);
   }
+  // Only "basic" strings: toml++ would print "\nx" as '''<newline>x''' (TOML drops a newline
+  // right after the opening quotes) or, without multi-line strings, as a literal '...' holding a raw
+  // newline (not valid TOML): the value would not parse back (found by the config fuzzer).
+  constexpr auto flags = toml::toml_formatter::default_flags &
+                         ~(toml::format_flags::allow_multi_line_strings | toml::format_flags::allow_literal_strings);
   std::ostringstream out;
-  for (const auto& s : order) out << "[" << s << "]\n" << sections[s] << "\n\n";
+  for (const auto& s : order) out << "[" << s << "]\n" << toml::toml_formatter{sections[s], flags} << "\n\n";
   return out.str();
 }
 
