@@ -11,8 +11,12 @@ deps:
 
 # CTITAN_PYTHON locates libtorch (torch.utils.cmake_prefix_path); a libtorch named with
 # CMAKE_PREFIX_PATH=/path/to/libtorch on the make line takes precedence.
+# A new build directory uses Ninja: with CMake's Makefile generator, adding a source file rewrites
+# the precompiled header's flags and recompiles the whole tree (half an hour here); Ninja compiles
+# only the new file. A directory configured earlier keeps its generator.
+NEW_DIR_GENERATOR = $(if $(wildcard $(1)/CMakeCache.txt),,$(if $(shell command -v ninja),-G Ninja))
 build: deps
-	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release \
+	@cmake -S . -B $(BUILD_DIR) $(call NEW_DIR_GENERATOR,$(BUILD_DIR)) -DCMAKE_BUILD_TYPE=Release \
 	  -DCTITAN_PYTHON=$$(scripts/setup_venv.sh)/bin/python $(if $(CMAKE_PREFIX_PATH),-DCMAKE_PREFIX_PATH=$(CMAKE_PREFIX_PATH)) > /dev/null
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
@@ -52,7 +56,7 @@ test-asan: export ASAN_OPTIONS = halt_on_error=1:detect_leaks=1:log_path=$(SANIT
 test-asan: export LSAN_OPTIONS = suppressions=$(SANITIZER_SUPP)/lsan.supp:print_suppressions=0
 test-asan: export UBSAN_OPTIONS = halt_on_error=1:print_stacktrace=1:suppressions=$(SANITIZER_SUPP)/ubsan.supp:log_path=$(SANITIZER_LOGS)/ubsan
 test-asan: deps
-	@cmake -S . -B $(ASAN_BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+	@cmake -S . -B $(ASAN_BUILD_DIR) $(call NEW_DIR_GENERATOR,$(ASAN_BUILD_DIR)) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
 	  -DCTITAN_SANITIZE=address,undefined -DCTITAN_PYTHON=$$(scripts/setup_venv.sh)/bin/python \
 	  $(if $(CMAKE_PREFIX_PATH),-DCMAKE_PREFIX_PATH=$(CMAKE_PREFIX_PATH)) > /dev/null
 	@rm -rf $(SANITIZER_LOGS) && mkdir -p $(SANITIZER_LOGS)

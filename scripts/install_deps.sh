@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
+  ninja-build     # the generator of new build directories (Makefile: NEW_DIR_GENERATOR)
   libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev
   nlohmann-json3-dev libgtest-dev libpcre2-dev
   libzstd-dev zlib1g-dev   # .jsonl.zst / .jsonl.gz datasets
