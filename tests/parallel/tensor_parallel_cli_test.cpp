@@ -1,6 +1,6 @@
 // Tensor parallelism through the launcher on loopback, against one process with the same global
 // batch (tests/support/parity.h argues the fp32 bounds): TP(2) with and without loss parallel,
-// FSDP(2) x TP(2), gradient accumulation, an uneven vocabulary, activation checkpointing (equal
+// async TP, FSDP(2) x TP(2), gradient accumulation, an uneven vocabulary, activation checkpointing (equal
 // to TP without it, bitwise), bf16, the model state per rank, an HF export of a TP checkpoint,
 // and the configurations TP refuses.
 #include <gtest/gtest.h>
@@ -22,6 +22,7 @@ using testing::kThirtySteps;
 using testing::Rows;
 
 const std::vector<std::string> kBatch4 = {"--training.local_batch_size", "4"};
+const std::vector<std::string> kAsync = {"--parallelism.enable_async_tensor_parallel", "true"};
 
 TEST(CliTensorParallel, Tp2MatchesOneProcessWithLossParallel) {
   expect_parity("TP(2) loss parallel", 2, concat(degrees(1, 1, 2), kBatch4));
@@ -59,18 +60,41 @@ TEST(CliTensorParallel, UnevenVocabMatchesOneProcess) {
   expect_parity("TP(2) vocab 33", 2, concat(vocab, concat(degrees(1, 1, 2), kBatch4)), concat(vocab, kBatch4));
 }
 
+// Async TP (fused, micro-pipelined collective matmuls) computes what TP computes, in sequence
+// chunks and with the q/k/v input gradients summed in another order: fp32 rounding, so the same
+// bound against one process as every other layout.
+TEST(CliTensorParallel, AsyncTp2MatchesOneProcess) {
+  expect_parity("async TP(2)", 2, concat(degrees(1, 1, 2), concat(kBatch4, kAsync)));
+}
+
+// Under FSDP the fused calls read the gathered parameters, and full AC runs them (and their
+// collectives) again in backward.
+TEST(CliTensorParallel, AsyncFsdpTwoByTpTwoWithFullAcMatchesOneProcess) {
+  expect_parity("async FSDP(2)xTP(2) AC full", 4,
+                concat(degrees(1, 2, 2), concat({"--training.local_batch_size", "2", "--activation_checkpoint.mode", "full"},
+                                                kAsync)));
+}
+
 // Recomputation runs the same ops in the same order, the tp collectives included, so the losses
-// equal TP(2) without checkpointing bit for bit.
+// equal TP(2) without checkpointing bit for bit; with async TP as well (op SAC takes the fused
+// calls' kept matmul chunks back and communicates again, as full AC does).
 TEST(CliTensorParallel, ActivationCheckpointingLossesEqualNoCheckpointingBitwise) {
-  auto base = concat(degrees(1, 1, 2), concat(kBatch4, {"--training.steps", "6", "--metrics.log_freq", "1"}));
-  auto none = testing::run_tiny_job(2, base);
-  ASSERT_EQ(none.size(), 6u);
-  for (std::vector<std::string> mode : {std::vector<std::string>{"--activation_checkpoint.mode", "full"},
-                                        {"--activation_checkpoint.mode", "selective",
-                                         "--activation_checkpoint.selective_ac_option", "2"}}) {
-    auto ac = testing::run_tiny_job(2, concat(base, mode));
-    ASSERT_EQ(ac.size(), 6u) << mode[1];
-    for (size_t i = 0; i < 6; ++i) EXPECT_EQ(ac[i]["loss"], none[i]["loss"]) << mode[1] << " step " << i + 1;
+  for (bool async : {false, true}) {
+    auto base = concat(degrees(1, 1, 2), concat(kBatch4, {"--training.steps", "6", "--metrics.log_freq", "1"}));
+    if (async) base = concat(base, kAsync);
+    auto none = testing::run_tiny_job(2, base);
+    ASSERT_EQ(none.size(), 6u);
+    for (std::vector<std::string> mode : {std::vector<std::string>{"--activation_checkpoint.mode", "full"},
+                                          {"--activation_checkpoint.mode", "selective",
+                                           "--activation_checkpoint.selective_ac_option", "2"},
+                                          {"--activation_checkpoint.mode", "selective",
+                                           "--activation_checkpoint.selective_ac_option", "op"}}) {
+      auto ac = testing::run_tiny_job(2, concat(base, mode));
+      ASSERT_EQ(ac.size(), 6u) << mode.back();
+      for (size_t i = 0; i < 6; ++i) {
+        EXPECT_EQ(ac[i]["loss"], none[i]["loss"]) << mode.back() << (async ? " async" : "") << " step " << i + 1;
+      }
+    }
   }
 }
 
@@ -81,10 +105,13 @@ TEST(CliTensorParallel, Bf16StaysCloseToOneProcess) {
   std::vector<std::string> bf16 = {"--training.mixed_precision_param", "bfloat16", "--training.steps", "10",
                                    "--metrics.log_freq", "1", "--training.local_batch_size", "4"};
   auto single = testing::run_tiny_job(1, bf16);
-  auto tp = testing::run_tiny_job(2, concat(bf16, degrees(1, 1, 2)));
-  auto d = testing::compare_runs(single, tp, 10);
-  std::cout << "TP(2) bf16 vs 1 process bf16 autocast over 10 steps: max relative difference loss " << d.loss << "\n";
-  EXPECT_LT(d.loss, 3e-2);
+  for (bool async : {false, true}) {  // async TP applies autocast's casts itself (collective_matmul.cpp)
+    auto tp = testing::run_tiny_job(2, concat(bf16, async ? concat(degrees(1, 1, 2), kAsync) : degrees(1, 1, 2)));
+    auto d = testing::compare_runs(single, tp, 10);
+    std::cout << (async ? "async " : "") << "TP(2) bf16 vs 1 process bf16 autocast over 10 steps: max relative "
+              << "difference loss " << d.loss << "\n";
+    EXPECT_LT(d.loss, 3e-2) << (async ? "async" : "sync");
+  }
 }
 
 // Each TP rank holds half of every linear, embedding and output, and whole norms: the model

@@ -10,6 +10,7 @@
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/models/llama/model.h"
 #include "ctitan/ops/cross_entropy.h"
+#include "ctitan/parallel/tp/collective_matmul.h"
 #include "ctitan/parallel/tp/sequence_parallel.h"
 #include "ctitan/parallel/tp/tensor_parallel.h"
 #include "ctitan/parallel/tp/vocab_parallel_loss.h"
@@ -114,6 +115,50 @@ TEST(TensorParallel, SequenceCollectivesAndTheirBackwards) {
   }), "");
 }
 
+// Async TP's fused collective matmuls against the unfused collectives followed (or preceded) by
+// plain matmuls, forward and backward, with a gradient reaching the gathered input too. Integer
+// values in [-3, 3] keep every product and sum exact in fp32, so the checks are equalities. A
+// shard of 3 rows splits into chunks of 2 and 1: uneven chunks must land at their rows.
+TEST(TensorParallel, CollectiveMatmulsEqualTheUnfusedCollectives) {
+  auto ints = [](std::vector<int64_t> shape, int salt) {
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    return (torch::remainder(torch::arange(n, torch::kFloat) * 5 + salt, 7) - 3).reshape(shape);
+  };
+  auto leaf = [](const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); };
+  auto same = [](const torch::Tensor& a, const torch::Tensor& b, const std::string& what) {
+    if (!torch::equal(a, b)) throw std::runtime_error(what + " differs");
+  };
+  EXPECT_EQ(on_tp_ranks([&](distributed::Communicator& group) {
+    const int rank = group.rank();
+    auto x = leaf(ints({2, 3, 4}, 1 + rank)), w1 = leaf(ints({5, 4}, 2)), w2 = leaf(ints({6, 4}, 3));
+    auto outs = all_gather_matmul(x, {w1, w2}, group);  // {x_full (2, 6, 4), (2, 6, 5), (2, 6, 6)}
+    auto x_ref = leaf(x), w1_ref = leaf(w1), w2_ref = leaf(w2);
+    auto full = gather_sequence(x_ref, group);
+    auto y1 = torch::matmul(full, w1_ref.t()), y2 = torch::matmul(full, w2_ref.t());
+    same(outs[0], full, "gathered input");
+    same(outs[1], y1, "first projection");
+    same(outs[2], y2, "second projection");
+    std::vector<torch::Tensor> grads{ints({2, 6, 4}, 4 + rank), ints({2, 6, 5}, 5 + rank), ints({2, 6, 6}, 6 + rank)};
+    torch::autograd::backward(outs, grads);
+    torch::autograd::backward({full, y1, y2}, grads);
+    same(x.grad(), x_ref.grad(), "input gradient");
+    same(w1.grad(), w1_ref.grad(), "first weight gradient");
+    same(w2.grad(), w2_ref.grad(), "second weight gradient");
+
+    auto h = leaf(ints({2, 6, 5}, 7 + rank)), w = leaf(ints({4, 5}, 8));
+    auto y = matmul_reduce_scatter(h, w, group);  // (2, 3, 4)
+    auto h_ref = leaf(h), w_ref = leaf(w);
+    auto y_ref = reduce_scatter_sequence(torch::matmul(h_ref, w_ref.t()), group);
+    same(y, y_ref, "reduce-scattered projection");
+    auto g = ints({2, 3, 4}, 9 + rank);
+    y.backward(g);
+    y_ref.backward(g);
+    same(h.grad(), h_ref.grad(), "row-wise input gradient");
+    same(w.grad(), w_ref.grad(), "row-wise weight gradient");
+  }), "");
+}
+
 // The vocab-parallel loss against torch's cross_entropy on the whole logits (33 columns: rank 0
 // holds 17, rank 1 16), with ignored labels and labels on both ranks. fp32: the two differ only
 // in the order the exponentials are summed (two partial sums added vs one pass), ~1e-7
@@ -151,11 +196,13 @@ models::llama::ModelArgs tiny_args() {
   return args;
 }
 
-// A whole TP(2) model (loss parallel, and gathered logits) against the same weights unsharded:
-// the loss, and every gradient placed by shard_layouts() into its global tensor. fp32: TP only
-// reorders sums (row-wise partial products, the reduce-scatters), ~1e-6 relative; 1e-4 leaves
-// margin for the norms' gradient, summed over ranks from sequence halves, while a norm gradient
-// not summed over tp (a classic TP bug) is off by ~50% and fails.
+// A whole TP(2) model (loss parallel, and gathered logits; synchronous and async TP) against the
+// same weights unsharded: the loss, and every gradient placed by shard_layouts() into its global
+// tensor. fp32: TP only reorders sums (row-wise partial products, the reduce-scatters; async TP
+// also chunked matmuls and the three input gradients of q, k, v summed in another order), ~1e-6
+// relative; 1e-4 leaves margin for the norms' gradient, summed over ranks from sequence halves,
+// while a norm gradient not summed over tp (a classic TP bug) is off by ~50% and fails. Async TP
+// must also have fused every column-wise projection (none ran its plain forward).
 TEST(TensorParallel, Tp2ModelLossAndGradientsEqualTheUnshardedModel) {
   auto args = tiny_args();
   torch::manual_seed(11);
@@ -169,7 +216,7 @@ TEST(TensorParallel, Tp2ModelLossAndGradientsEqualTheUnshardedModel) {
   std::map<std::string, torch::Tensor> reference_grads;
   for (const auto& p : reference->named_parameters()) reference_grads[p.key()] = p.value().grad();
 
-  for (bool loss_parallel : {true, false}) {
+  for (auto [loss_parallel, async] : {std::pair{true, false}, {false, false}, {true, true}, {false, true}}) {
     std::mutex build;  // model construction draws from the global generator
     EXPECT_EQ(on_tp_ranks([&](distributed::Communicator& group) {
       models::llama::Transformer model{nullptr};
@@ -181,7 +228,7 @@ TEST(TensorParallel, Tp2ModelLossAndGradientsEqualTheUnshardedModel) {
         for (auto& p : model->named_parameters()) p.value().copy_(source[p.key()]);
       }
       std::shared_ptr<distributed::Communicator> borrowed(&group, [](distributed::Communicator*) {});
-      TensorParallel tp(*model, borrowed, loss_parallel);
+      TensorParallel tp(*model, borrowed, loss_parallel, async);
       auto logits = model->forward(tokens);  // (2, 16, 17 or 16) or (2, 16, 33)
       auto loss = loss_parallel ? tp.vocab_parallel_cross_entropy_sum(logits, labels, -100)
                                 : ops::cross_entropy_sum_reference(logits.reshape({-1, 33}), labels.reshape({-1}), -100);
@@ -202,7 +249,8 @@ TEST(TensorParallel, Tp2ModelLossAndGradientsEqualTheUnshardedModel) {
         double error = relative_error(p.grad(), expected);
         if (error > 1e-4) throw std::runtime_error(fmt::format("{}: gradient off by {:.3g}", fqn, error));
       }
-    }), "") << (loss_parallel ? "loss parallel" : "gathered logits");
+      if (tp.unfused_projections() != 0) throw std::runtime_error("async TP ran a projection unfused");
+    }), "") << (loss_parallel ? "loss parallel" : "gathered logits") << (async ? ", async" : "");
   }
 }
 

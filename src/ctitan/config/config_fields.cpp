@@ -137,6 +137,7 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"parallelism", "data_parallel_shard_degree", &c.parallelism.data_parallel_shard_degree, "FSDP dimension; -1 = the ranks left over"},
       {"parallelism", "tensor_parallel_degree", &c.parallelism.tensor_parallel_degree, "TP dimension, innermost on the mesh: Megatron-style column/row-wise linears with sequence parallel"},
       {"parallelism", "disable_loss_parallel", &c.parallelism.disable_loss_parallel, "TP: all-gather the vocab-sharded logits and take the ordinary loss, instead of a cross-entropy over the shards"},
+      {"parallelism", "enable_async_tensor_parallel", &c.parallelism.enable_async_tensor_parallel, "TP: micro-pipeline each sequence all-gather and reduce-scatter with the matmul beside it, so communication overlaps compute (eager here; torchtitan's needs torch.compile)"},
       {"parallelism", "bucket_cap_mb", &c.parallelism.bucket_cap_mb, "DDP gradient bucket size"},
       {"parallelism", "fsdp_reshard_after_forward", choice(&c.parallelism.fsdp_reshard_after_forward, kReshardModes), "FSDP: free a block's gathered parameters after its forward"},
       {"parallelism", "fsdp_gradient_sync", choice(&c.parallelism.fsdp_gradient_sync, kGradientSyncs), "FSDP with accumulation: reduce-scatter every microbatch, or only the last"},

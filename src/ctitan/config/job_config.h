@@ -108,6 +108,7 @@ struct Parallelism {
   int64_t data_parallel_shard_degree = -1;      // FSDP dimension; -1 = the ranks left over
   int64_t tensor_parallel_degree = 1;           // TP dimension (innermost: tp ranks of a group are adjacent)
   bool disable_loss_parallel = false;           // TP: gather the vocab-sharded logits before the loss
+  bool enable_async_tensor_parallel = false;    // TP: collectives fused with the matmuls beside them, overlapped
   double bucket_cap_mb = 25.0;                  // DDP gradient bucket size
   ReshardAfterForward fsdp_reshard_after_forward = ReshardAfterForward::kDefault;  // default | always | never
   GradientSync fsdp_gradient_sync = GradientSync::kEveryMicrobatch;  // every_microbatch | last_microbatch

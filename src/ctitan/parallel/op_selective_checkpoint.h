@@ -7,11 +7,10 @@
 //
 // What is kept, as torchtitan's _op_sac_save_list and its every-other-mm policy:
 //   aten::mm                       odd-numbered matmuls of the block (1st, 3rd, 5th, 7th: wq, wv,
-//                                  the first of w1/w3 to run, w2); the even ones (wk, wo, the
-//                                  other of w1/w3) are recomputed, as torchtitan does to halve
-//                                  what the matmuls keep. (w1(x) and w3(x) are arguments of one
-//                                  call, whose order C++ leaves to the compiler; both are the same
-//                                  size, so the bytes kept do not depend on it.)
+//                                  w1, w2); the even ones (wk, wo, w3) are recomputed, as
+//                                  torchtitan does to halve what the matmuls keep. (With async
+//                                  TP each projection is several matmuls on sequence chunks;
+//                                  the same policy counts those.)
 //   SDPA kernels                   every output, e.g. the CPU flash kernel's (output, logsumexp)
 //   tp reduce_scatter_sequence     its output (torchtitan keeps reduce_scatter_tensor's)
 // The TP all-gather (gather_sequence) is recomputed, as torchtitan recomputes all_gather_into_tensor:

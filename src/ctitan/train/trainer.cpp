@@ -160,10 +160,13 @@ void Trainer::setup_parallelism() {
   if (dist_ && dist_->dims.tp_enabled()) {
     parallel::tp::validate_tensor_parallel(model_->args(), config_.training.seq_len, dist_->dims.tp);
     const bool loss_parallel = !config_.parallelism.disable_loss_parallel;
-    tensor_parallel_ = std::make_unique<parallel::tp::TensorParallel>(*model_, dist_->mesh->group("tp"), loss_parallel);
+    const bool async = config_.parallelism.enable_async_tensor_parallel;
+    tensor_parallel_ =
+        std::make_unique<parallel::tp::TensorParallel>(*model_, dist_->mesh->group("tp"), loss_parallel, async);
     spdlog::info("TP over {} ranks: column-wise wq/wk/wv/w1/w3, row-wise wo/w2, sequence-parallel norms, "
-                 "vocab-sharded embeddings and output, loss parallel {}", dist_->dims.tp,
-                 loss_parallel ? "on" : "off (logits all-gathered)");
+                 "vocab-sharded embeddings and output, loss parallel {}{}", dist_->dims.tp,
+                 loss_parallel ? "on" : "off (logits all-gathered)",
+                 async ? "; async TP (collectives micro-pipelined with their matmuls)" : "");
   }
   if (int wrapped = parallel::apply_activation_checkpointing(*model_, config_.activation_checkpoint)) {
     const auto& ac = config_.activation_checkpoint;

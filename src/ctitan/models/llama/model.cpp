@@ -12,6 +12,12 @@ torch::nn::Linear linear(int64_t in, int64_t out) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
 }
 
+// linear(x), through the model's hooks when it has them.
+torch::Tensor project(const ModuleHooks* hooks, torch::nn::Linear& linear, const torch::Tensor& x) {
+  if (!hooks) return linear(x);
+  return hooks->call(*linear, x, [linear = linear.ptr()](const torch::Tensor& in) { return linear->forward(in); });
+}
+
 // (B, T, n_kv_heads, head_dim) -> (B, T, n_kv_heads * n_rep, head_dim): GQA shares each kv head
 // among n_rep query heads.
 torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep) {
@@ -61,9 +67,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
   // (B, T, H, D) per projection; kv have n_kv_heads heads.
   // Head counts come from the projections' widths (-1), not from args: tensor parallelism gives
   // each rank a slice of the heads by slicing wq/wk/wv, and this code stays the same.
-  auto q = apply_rope(wq(x).view({B, T, -1, head_dim_}), rope);
-  auto k = apply_rope(wk(x).view({B, T, -1, head_dim_}), rope);
-  auto v = wv(x).view({B, T, -1, head_dim_});
+  auto q = apply_rope(project(hooks, wq, x).view({B, T, -1, head_dim_}), rope);
+  auto k = apply_rope(project(hooks, wk, x).view({B, T, -1, head_dim_}), rope);
+  auto v = project(hooks, wv, x).view({B, T, -1, head_dim_});
   int64_t q_start = 0;
   if (cache) {
     // (B, S, n_kv_heads, D), S = start + T: the cached positions, then x's.
@@ -76,7 +82,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
   k = repeat_kv(k, n_heads_ / n_kv_heads_);
   v = repeat_kv(v, n_heads_ / n_kv_heads_);
   // Causal: position p attends to positions <= p. (B, T, H*D)
-  return wo(ops::causal_attention(q, k, v, q_start));
+  return project(hooks, wo, ops::causal_attention(q, k, v, q_start));
 }
 
 FeedForwardImpl::FeedForwardImpl(const ModelArgs& args) {
@@ -87,7 +93,11 @@ FeedForwardImpl::FeedForwardImpl(const ModelArgs& args) {
 }
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
-  return w2(ops::swiglu(w1(x), w3(x)));
+  // w1 before w3, written out: as arguments of one call their order would be the compiler's, and
+  // op selective AC's every-other-matmul policy counts them in order.
+  auto gate = project(hooks, w1, x);
+  auto up = project(hooks, w3, x);
+  return project(hooks, w2, ops::swiglu(gate, up));
 }
 
 TransformerBlockImpl::TransformerBlockImpl(int64_t id, const ModelArgs& args) : layer_id(id) {
@@ -109,7 +119,10 @@ TransformerImpl::TransformerImpl(const ModelArgs& args) : args_(args) {
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < args.n_layers; ++i) {
     layers->push_back(TransformerBlock(i, args));
-    layers->ptr<TransformerBlockImpl>(size_t(i))->hooks = &hooks;
+    auto block = layers->ptr<TransformerBlockImpl>(size_t(i));
+    block->hooks = &hooks;
+    block->attention->hooks = &hooks;
+    block->feed_forward->hooks = &hooks;
   }
   norm = register_module("norm", RMSNorm(args.dim, args.norm_eps));
   output = register_module("output", linear(args.dim, args.vocab_size));

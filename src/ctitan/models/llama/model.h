@@ -46,6 +46,9 @@ class AttentionImpl : public torch::nn::Module {
   // own as well; without, x is the whole sequence (training).
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, KVCacheSlot* cache = nullptr);
   torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+  // The model's hooks, through which the projections are called (async tensor parallelism
+  // replaces them there by matmuls fused with their collectives); null: plain calls.
+  const ModuleHooks* hooks = nullptr;
 
  private:
   int64_t n_heads_, n_kv_heads_, head_dim_;
@@ -57,6 +60,7 @@ class FeedForwardImpl : public torch::nn::Module {
   explicit FeedForwardImpl(const ModelArgs& args);
   torch::Tensor forward(const torch::Tensor& x);
   torch::nn::Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
+  const ModuleHooks* hooks = nullptr;  // as AttentionImpl's
 };
 TORCH_MODULE(FeedForward);
 
@@ -82,7 +86,7 @@ class TransformerImpl : public torch::nn::Module {
   const ModelArgs& args() const { return args_; }
 
   // Run around the forward of the model itself, tok_embeddings, each block (and inside it,
-  // attention and feed_forward), norm and output.
+  // attention and feed_forward, and inside those each projection), norm and output.
   ModuleHooks hooks;
 
   torch::nn::Embedding tok_embeddings{nullptr};

@@ -5,6 +5,8 @@
 #include <algorithm>
 
 #include "ctitan/common/error.h"
+#include "ctitan/parallel/tp/collective_matmul.h"
+#include "ctitan/parallel/tp/projection_stash.h"
 #include "ctitan/parallel/tp/sequence_parallel.h"
 #include "ctitan/parallel/tp/vocab_parallel_loss.h"
 
@@ -35,8 +37,8 @@ void validate_tensor_parallel(const models::llama::ModelArgs& args, int64_t seq_
 }
 
 TensorParallel::TensorParallel(models::llama::TransformerImpl& model, std::shared_ptr<distributed::Communicator> group,
-                               bool loss_parallel)
-    : group_(std::move(group)), loss_parallel_(loss_parallel) {
+                               bool loss_parallel, bool async)
+    : group_(std::move(group)), loss_parallel_(loss_parallel), async_(async) {
   const int64_t tp = group_->size(), rank = group_->rank();
   const auto& args = model.args();
   vocab_ = shard_range(args.vocab_size, tp, rank);
@@ -73,20 +75,65 @@ TensorParallel::TensorParallel(models::llama::TransformerImpl& model, std::share
     row_wise(prefix + "feed_forward.w2.weight", feed_forward.w2);
     replicated_.insert(prefix + "attention_norm.weight");
     replicated_.insert(prefix + "ffn_norm.weight");
-    for (const torch::nn::Module* module : {static_cast<const torch::nn::Module*>(&attention),
-                                            static_cast<const torch::nn::Module*>(&feed_forward)}) {
-      hooks.add_pre_forward(*module, [g](const torch::Tensor& x) { return gather_sequence(x, *g); });
-      hooks.add_post_forward(*module, [g](const torch::Tensor& y) { return reduce_scatter_sequence(y, *g); });
-    }
+    hook_sublayer(hooks, attention, {attention.wq, attention.wk, attention.wv}, attention.wo);
+    hook_sublayer(hooks, feed_forward, {feed_forward.w1, feed_forward.w3}, feed_forward.w2);
   }
   replicated_.insert("norm.weight");
 
   slice("output.weight", model.output->weight, 0, vocab_);
-  hooks.add_pre_forward(*model.output, [g](const torch::Tensor& x) { return gather_sequence(x, *g); });
+  if (async_) {
+    hooks.set_around(*model.output, [g, output = model.output](const torch::Tensor& x, const auto&) {
+      return all_gather_matmul(x, {output->weight}, *g)[1];  // (B, T, V_r)
+    });
+  } else {
+    hooks.add_pre_forward(*model.output, [g](const torch::Tensor& x) { return gather_sequence(x, *g); });
+  }
   if (!loss_parallel_) {
     hooks.add_post_forward(*model.output, [g, vocab = args.vocab_size, chunk = (args.vocab_size + tp - 1) / tp](
                                               const torch::Tensor& logits) { return gather_vocab(logits, *g, vocab, chunk); });
   }
+}
+
+void TensorParallel::hook_sublayer(models::ModuleHooks& hooks, const torch::nn::Module& module,
+                                   const std::vector<torch::nn::Linear>& column_wise, const torch::nn::Linear& row_wise) {
+  distributed::Communicator* g = group_.get();
+  if (!async_) {
+    hooks.add_pre_forward(module, [g](const torch::Tensor& x) { return gather_sequence(x, *g); });
+    hooks.add_post_forward(module, [g](const torch::Tensor& y) { return reduce_scatter_sequence(y, *g); });
+    return;
+  }
+  // The module's input stays on the sequence shard until the fused call: it gathers it, computes
+  // every column-wise projection and hands the module the gathered input (B, T, dim), whose
+  // projections then take their outputs from the stash.
+  auto stash = stashes_.emplace_back(std::make_shared<ProjectionStash>());
+  hooks.add_pre_forward(module, [g, stash, column_wise](const torch::Tensor& x) {
+    std::vector<torch::Tensor> weights;
+    for (const auto& linear : column_wise) weights.push_back(linear->weight);
+    auto outputs = all_gather_matmul(x, weights, *g);  // {x_full, y_1, ...}
+    std::map<const torch::nn::Module*, torch::Tensor> by_projection;
+    for (size_t i = 0; i < column_wise.size(); ++i) by_projection[column_wise[i].get()] = outputs[i + 1];
+    stash->put(outputs[0], std::move(by_projection));
+    return outputs[0];
+  });
+  for (const auto& linear : column_wise) {
+    hooks.set_around(*linear, [stash, module = linear.get()](const torch::Tensor& x, const auto& forward) {
+      auto y = stash->take(*module, x);
+      return y ? *y : forward(x);
+    });
+  }
+  hooks.set_around(*row_wise, [g, row_wise](const torch::Tensor& h, const auto&) {
+    return matmul_reduce_scatter(h, row_wise->weight, *g);  // (B, T/tp, dim)
+  });
+  hooks.add_post_forward(module, [stash](const torch::Tensor& y) {
+    stash->clear();
+    return y;
+  });
+}
+
+int64_t TensorParallel::unfused_projections() const {
+  int64_t misses = 0;
+  for (const auto& stash : stashes_) misses += stash->misses();
+  return misses;
 }
 
 void TensorParallel::slice(const std::string& fqn, torch::Tensor param, int64_t dim, ShardRange range) {

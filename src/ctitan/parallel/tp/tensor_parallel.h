@@ -14,6 +14,11 @@
 //   output          input all-gathered on the sequence; column-wise on the vocabulary; the
 //                   logits stay vocab-sharded for loss parallel, or are all-gathered
 //
+// Async TP (enable_async_tensor_parallel): the same layout and collectives, but each all-gather is
+// fused with the column-wise matmuls that read its output and each reduce-scatter with the
+// row-wise matmul that feeds it, micro-pipelined on sequence chunks (collective_matmul.h). The
+// hooks move from the modules' inputs and outputs onto the projections themselves.
+//
 // Parameters are sliced in place (every rank built the same full model from the same seed);
 // FSDP applied afterwards shards the slices. Checkpoints see the unsharded FQNs and global
 // shapes through shard_layouts().
@@ -31,6 +36,8 @@
 
 namespace ctitan::parallel::tp {
 
+class ProjectionStash;
+
 // Part `index` of `n` split into `parts` chunks of ceil(n / parts) (the last may be shorter).
 struct ShardRange {
   int64_t offset = 0, size = 0;
@@ -47,10 +54,14 @@ class TensorParallel {
   // Slices `model`'s parameters to this rank's part and registers the plan's hooks on
   // model.hooks. `group` must outlive the model's forwards and backwards.
   TensorParallel(models::llama::TransformerImpl& model, std::shared_ptr<distributed::Communicator> group,
-                 bool loss_parallel);
+                 bool loss_parallel, bool async = false);
 
   distributed::Communicator& group() const { return *group_; }
   bool loss_parallel() const { return loss_parallel_; }
+  bool async() const { return async_; }
+  // Async TP: column-wise projections that ran unfused because the fused call's output did not
+  // reach them (projection_stash.h); 0 means every one was fused.
+  int64_t unfused_projections() const;
   // Where each sliced parameter sits in its global tensor, by FQN.
   const ShardLayouts& shard_layouts() const { return layouts_; }
   // Parameters every tp rank holds whole but computes gradients for from its own sequence shard.
@@ -60,8 +71,8 @@ class TensorParallel {
   // optimizer steps on, whole or FSDP shards) over the tp group, in one all-reduce.
   void reduce_replicated_gradients(const std::vector<std::pair<std::string, torch::Tensor>>& params) const;
 
-  // Seconds the training thread was blocked in tp collectives since the last call. Every TP
-  // collective is synchronous, so all of it is exposed communication.
+  // Seconds the training thread was blocked in tp collectives since the last call: all of their
+  // time when synchronous; with async TP, only what the overlap did not hide.
   double take_exposed_comm_seconds();
 
   // Loss parallel: logits (B, T, V_r) this rank's vocabulary columns, labels (B, T) -> the
@@ -72,9 +83,15 @@ class TensorParallel {
  private:
   // Replaces `param` by its slice along `dim` and records the slice's layout under `fqn`.
   void slice(const std::string& fqn, torch::Tensor param, int64_t dim, ShardRange range);
+  // The hooks of one attention or feed-forward module: its input gathered and its output
+  // reduce-scattered, or with async TP the same collectives fused with the projections.
+  void hook_sublayer(models::ModuleHooks& hooks, const torch::nn::Module& module,
+                     const std::vector<torch::nn::Linear>& column_wise, const torch::nn::Linear& row_wise);
 
   std::shared_ptr<distributed::Communicator> group_;
   bool loss_parallel_;
+  bool async_;
+  std::vector<std::shared_ptr<ProjectionStash>> stashes_;  // async: one per attention / feed-forward
   ShardRange vocab_;  // this rank's rows of tok_embeddings and output
   double reported_comm_seconds_ = 0;  // the tp group's blocked seconds already taken
   ShardLayouts layouts_;
