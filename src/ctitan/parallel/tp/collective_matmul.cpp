@@ -5,16 +5,14 @@
 #include <algorithm>
 #include <memory>
 
+#include "ctitan/parallel/tp/group_handle.h"
+
 namespace ctitan::parallel::tp {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 using WorkList = std::vector<std::shared_ptr<distributed::Work>>;
-
-distributed::Communicator& group_of(AutogradContext* ctx) {
-  return *reinterpret_cast<distributed::Communicator*>(ctx->saved_data["group"].toInt());
-}
 
 struct Chunk {
   int64_t begin = 0, size = 0;
@@ -176,8 +174,6 @@ struct MatmulReduceScatter : torch::autograd::Function<MatmulReduceScatter> {
   }
 };
 
-int64_t handle(distributed::Communicator& group) { return reinterpret_cast<int64_t>(&group); }
-
 // Autocast's policy for a linear, applied before the fused call (which autocast cannot see into):
 // inputs and weights in the autocast dtype, the weights' casts cached for the forward as a
 // linear's are. The casts are recorded by autograd, so gradients reach the fp32 weights.
@@ -200,14 +196,14 @@ std::vector<torch::Tensor> all_gather_matmul(const torch::Tensor& x, const std::
   auto cast_x = autocast_input(x);  // gathering the cast input moves half the bytes in bf16
   c10::impl::ExcludeDispatchKeyGuard no_autocast(autocast_key(x));
   // As a TensorList, so autograd sees each weight as an input (a std::vector would be opaque).
-  return AllGatherMatmul::apply(cast_x, at::TensorList(cast_weights), handle(group));
+  return AllGatherMatmul::apply(cast_x, at::TensorList(cast_weights), group_handle(group));
 }
 
 torch::Tensor matmul_reduce_scatter(const torch::Tensor& h, const torch::Tensor& weight,
                                     distributed::Communicator& group) {
   auto cast_h = autocast_input(h), cast_w = autocast_input(weight);
   c10::impl::ExcludeDispatchKeyGuard no_autocast(autocast_key(h));
-  return MatmulReduceScatter::apply(cast_h, cast_w, handle(group));
+  return MatmulReduceScatter::apply(cast_h, cast_w, group_handle(group));
 }
 
 }  // namespace ctitan::parallel::tp

@@ -1,16 +1,13 @@
 #include "ctitan/parallel/tp/sequence_parallel.h"
 
 #include "ctitan/parallel/op_selective_checkpoint.h"
+#include "ctitan/parallel/tp/group_handle.h"
 
 namespace ctitan::parallel::tp {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-distributed::Communicator& group_of(AutogradContext* ctx) {
-  return *reinterpret_cast<distributed::Communicator*>(ctx->saved_data["group"].toInt());
-}
 
 // (B, T/tp, ...) on every rank -> (B, T, ...).
 torch::Tensor all_gather_dim1(const torch::Tensor& x, distributed::Communicator& group) {
@@ -88,20 +85,18 @@ struct GatherVocab : torch::autograd::Function<GatherVocab> {
   }
 };
 
-int64_t handle(distributed::Communicator& group) { return reinterpret_cast<int64_t>(&group); }
-
 }  // namespace
 
 torch::Tensor gather_sequence(const torch::Tensor& x, distributed::Communicator& group) {
-  return GatherSequence::apply(x, handle(group));
+  return GatherSequence::apply(x, group_handle(group));
 }
 
 torch::Tensor reduce_scatter_sequence(const torch::Tensor& x, distributed::Communicator& group) {
-  return ReduceScatterSequence::apply(x, handle(group));
+  return ReduceScatterSequence::apply(x, group_handle(group));
 }
 
 torch::Tensor gather_vocab(const torch::Tensor& x, distributed::Communicator& group, int64_t vocab, int64_t shard) {
-  return GatherVocab::apply(x, handle(group), vocab, shard);
+  return GatherVocab::apply(x, group_handle(group), vocab, shard);
 }
 
 }  // namespace ctitan::parallel::tp

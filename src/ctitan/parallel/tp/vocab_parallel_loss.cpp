@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "ctitan/ops/cross_entropy.h"
+#include "ctitan/parallel/tp/group_handle.h"
 
 namespace ctitan::parallel::tp {
 namespace {
@@ -12,8 +13,8 @@ using torch::autograd::variable_list;
 
 struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& labels,
-                               int64_t vocab_offset, int64_t ignore_index, int64_t group_handle) {
-    auto& group = *reinterpret_cast<distributed::Communicator*>(group_handle);
+                               int64_t vocab_offset, int64_t ignore_index, int64_t handle) {
+    auto& group = group_from_handle(handle);
     torch::NoGradGuard no_grad;
     const int64_t columns = logits.size(1);
     auto row_max = ops::row_max(logits);  // (N,) over this rank's columns, then over the group's
@@ -50,8 +51,7 @@ torch::Tensor vocab_parallel_cross_entropy_sum(const torch::Tensor& logits, cons
                                                distributed::Communicator& group) {
   TORCH_CHECK(logits.dim() == 2 && labels.dim() == 1 && logits.size(0) == labels.size(0),
               "vocab_parallel_cross_entropy_sum: logits (N, V_r) and labels (N)");
-  return VocabParallelCrossEntropy::apply(logits, labels, vocab_offset, ignore_index,
-                                          reinterpret_cast<int64_t>(&group));
+  return VocabParallelCrossEntropy::apply(logits, labels, vocab_offset, ignore_index, group_handle(group));
 }
 
 }  // namespace ctitan::parallel::tp
