@@ -1,0 +1,31 @@
+#pragma once
+// Virtual-time simulation of lowered pipeline actions (design 3.5): does the plan complete, how
+// long is a step, how idle is each rank, and how many microbatches of activations does each
+// stage hold at its peak. Used by plan validation (the deadlock backstop), tests and the bench.
+#include <string>
+#include <vector>
+
+#include "ctitan/parallel/pipeline/schedule.h"
+
+namespace ctitan::parallel::pipeline {
+
+struct SimResult {
+  bool completed = false;
+  std::vector<std::string> stuck;  // per rank: the first action it cannot run ("1F2"), "" if done
+  double makespan = 0;             // time at which the last rank finishes
+  std::vector<double> idle_share;  // per rank: 1 - busy / makespan, busy = its F and B time
+  std::vector<int> peak_in_flight;  // per stage: max over time of (forwards done - backwards done)
+};
+
+// Rendezvous semantics, as Gloo's: Send/Recv post instantly and never block; a transfer happens
+// once both ends are posted (zero latency); F/B wait for their input transfer (or, for adjacent
+// stages on one rank, the local producer); WaitX waits for its send's transfer. Every F costs
+// t_f and every B t_b, whatever the stage.
+SimResult simulate(const std::vector<std::vector<Action>>& lowered, const PipeShape& shape, double t_f = 1,
+                   double t_b = 2);
+
+// The idle share with equal stages and zero-latency links: (p-1)/(m+p-1) for GPipe and 1F1B,
+// (p-1)/(v*m+p-1) for Interleaved1F1B (exact when pp divides m; see schedule_test.cpp).
+double theoretical_bubble(ScheduleKind kind, const PipeShape& shape);
+
+}  // namespace ctitan::parallel::pipeline
