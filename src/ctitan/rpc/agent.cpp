@@ -1,0 +1,341 @@
+#include "ctitan/rpc/agent.h"
+
+#include <c10/util/Logging.h>
+#include <fmt/format.h>
+#include <torch/csrc/distributed/autograd/context/container.h>
+#include <torch/csrc/distributed/autograd/utils.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/rpc/python_call.h>
+#include <torch/csrc/distributed/rpc/python_resp.h>
+#include <torch/csrc/distributed/rpc/rref_context.h>
+#include <torch/csrc/distributed/rpc/tensorpipe_agent.h>
+#include <torch/csrc/distributed/rpc/utils.h>
+#include <torch/csrc/jit/mobile/type_parser.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "ctitan/common/error.h"
+#include "ctitan/distributed/dist_env.h"
+#include "ctitan/distributed/store.h"
+#include "ctitan/rpc/api.h"
+#include "ctitan/rpc/registry.h"
+#include "ctitan/rpc/request_handler.h"
+#include "ctitan/rpc/wire.h"
+
+namespace ctitan::rpc {
+
+namespace {
+
+namespace tdr = torch::distributed::rpc;
+namespace tda = torch::distributed::autograd;
+
+enum class Phase { NotStarted, Running, Stopped };
+
+struct State {
+  std::mutex mutex;
+  Phase phase = Phase::NotStarted;
+  bool shutting_down = false;
+  std::shared_ptr<tdr::TensorPipeAgent> agent;
+  c10::intrusive_ptr<c10d::Store> store;  // "rpc/" inside the launcher's store
+  RpcOptions options;
+  std::string name;
+  int rank = 0;
+  int world_size = 1;
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+std::string worker_name_error(const std::string& name) {
+  if (name.empty() || name.size() >= 128) return fmt::format("is {} bytes (1 to 127)", name.size());
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    c == ':' || c == '-';
+    if (!ok) return "has a character outside [A-Za-z0-9_:-]";
+  }
+  return "";
+}
+
+std::string rank_key(const char* what, int rank) { return fmt::format("ctitan/{}/{}", what, rank); }
+
+// Every worker sets its key and waits for all the others' within `timeout`; the error names the
+// ranks that did not arrive. Returns the values, by rank.
+std::vector<std::string> exchange(c10d::Store& store, const char* what, int rank, int world_size,
+                                  const std::string& value, double timeout_seconds, const std::string& self) {
+  store.set(rank_key(what, rank), std::vector<uint8_t>(value.begin(), value.end()));
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size; ++r) keys.push_back(rank_key(what, r));
+  try {
+    store.wait(keys, std::chrono::milliseconds(int64_t(timeout_seconds * 1000)));
+  } catch (const std::exception&) {
+    std::string missing;
+    for (int r = 0; r < world_size; ++r) {
+      if (!store.check({keys[r]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+    throw InputError(fmt::format("rpc {} of {}: rank(s) {} did not arrive within {:g} s", what, self,
+                                 missing.empty() ? "?" : missing, timeout_seconds));
+  }
+  std::vector<std::string> values;
+  for (const auto& key : keys) {
+    auto bytes = store.get(key);
+    values.emplace_back(bytes.begin(), bytes.end());
+  }
+  return values;
+}
+
+// The agent logs warnings when a peer dies and at shutdown; ctitan reports one error line instead.
+void quiet_agent_logs() {
+  const char* verbose = std::getenv("CTITAN_RPC_VERBOSE");
+  if (verbose != nullptr && std::string(verbose) == "1") return;
+  if (FLAGS_caffe2_log_level < 2) FLAGS_caffe2_log_level = 2;  // c10::GLOG_ERROR
+}
+
+// Upstream's internal messages resolve type names through this; parseType("Any") would give a
+// DynamicType, so Any is mapped explicitly.
+void set_type_resolver(tdr::RpcAgent& agent) {
+  agent.setTypeResolver(std::make_shared<tdr::TypeResolver>([](const c10::QualifiedName& name) {
+    const auto& text = name.qualifiedName();
+    return c10::StrongTypePtr(nullptr, text == "Any" ? c10::AnyType::get() : c10::parseType(text));
+  }));
+}
+
+const tdr::WorkerInfo& find_worker(const tdr::RpcAgent& agent, const std::string& name) {
+  for (const auto& info : agent.getWorkerInfos()) {
+    if (info.name_ == name) return agent.getWorkerInfo(info.id_);
+  }
+  std::string known;
+  for (const auto& info : agent.getWorkerInfos()) known += (known.empty() ? "" : ", ") + info.name_;
+  throw InputError(fmt::format("rpc: no worker named '{}' (workers: {})", name, known));
+}
+
+std::shared_ptr<tdr::TensorPipeAgent> running_agent(const std::string& function, double* default_timeout) {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.phase == Phase::NotStarted) throw RpcError(RpcErrorKind::Shutdown, message::before_init(function));
+  if (s.phase == Phase::Stopped) throw RpcError(RpcErrorKind::Shutdown, message::after_shutdown(function));
+  if (default_timeout != nullptr) *default_timeout = s.options.timeout_seconds;
+  return s.agent;
+}
+
+// The reply of a call as its value, or the RpcError it stands for.
+c10::IValue decode_reply(tdr::JitFuture& reply, const std::string& to, const std::string& fn, double timeout) {
+  if (reply.hasError()) {
+    if (tdr::getRPCErrorType(reply) == tdr::RPCErrorType::TIMEOUT) {
+      throw RpcError(RpcErrorKind::Timeout, message::timeout(to, fn, timeout));
+    }
+    throw RpcError(RpcErrorKind::PeerLost, message::peer_lost(to, fn, first_line(reply.tryRetrieveErrorMessage())));
+  }
+  Response response;
+  try {
+    auto msg = reply.value().toCustomClass<tdr::Message>();
+    tdr::MessageType type = msg->type();
+    // Unwraps an autograd reply (attaching RecvRpcBackward to its tensors) down to the PYTHON_RET.
+    auto command = tdr::deserializeResponse(*msg, type);
+    if (type != tdr::MessageType::PYTHON_RET) {
+      throw InputError(fmt::format("rpc payload from {}: a reply of message type {}, expected PYTHON_RET", to,
+                                   int(type)));
+    }
+    const auto& obj = static_cast<tdr::PythonResp&>(*command).serializedPyObj();
+    response = decode_response(obj.payload_, obj.tensors_, to);
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw InputError(fmt::format("rpc payload from {}: {}", to, first_line(e.what())));
+  }
+  switch (response.status) {
+    case ResponseStatus::Ok:
+      return response.value;
+    case ResponseStatus::Exception:
+      throw RpcError(RpcErrorKind::Remote, message::remote(to, fn, first_line(response.message)));
+    case ResponseStatus::UnknownFunction:
+      throw RpcError(RpcErrorKind::UnknownFunction, message::unknown_function(to, fn));
+    case ResponseStatus::BadArguments:
+      throw RpcError(RpcErrorKind::BadArguments, message::bad_arguments(to, fn, first_line(response.message)));
+    case ResponseStatus::NotEncodable:
+      throw RpcError(RpcErrorKind::Remote,
+                     message::remote(to, fn, "its result cannot be sent back: " + first_line(response.message)));
+  }
+  throw std::logic_error("rpc: unhandled response status");
+}
+
+}  // namespace
+
+void init_rpc(const std::string& name, const RpcOptions& options) {
+  auto env = distributed::read_dist_env();
+  init_rpc(name, env.rank, env.world_size, options);
+}
+
+void init_rpc(const std::string& name, int rank, int world_size, const RpcOptions& options) {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.phase != Phase::NotStarted) {
+    throw std::logic_error(fmt::format("rpc: init_rpc('{}') called twice: RPC starts once per process (upstream's "
+                                       "RRef context is a process-wide singleton), even after shutdown",
+                                       name));
+  }
+  if (auto why = worker_name_error(name); !why.empty()) throw InputError(fmt::format("rpc: worker name '{}' {}", name, why));
+  if (world_size < 1 || world_size > 32767 || rank < 0 || rank >= world_size) {
+    throw InputError(fmt::format("rpc: rank {} of world size {} is out of range", rank, world_size));
+  }
+  if (options.timeout_seconds < 0 || options.init_timeout_seconds <= 0 || options.num_worker_threads < 1) {
+    throw InputError(fmt::format("rpc: RpcOptions of worker '{}': timeout_seconds must be >= 0 (got {:g}), "
+                                 "init_timeout_seconds > 0 (got {:g}), num_worker_threads >= 1 (got {})",
+                                 name, options.timeout_seconds, options.init_timeout_seconds,
+                                 options.num_worker_threads));
+  }
+  quiet_agent_logs();
+  auto env = distributed::read_dist_env();
+  env.rank = rank;
+  env.world_size = world_size;
+  const auto init_timeout = std::chrono::milliseconds(int64_t(options.init_timeout_seconds * 1000));
+  auto store = c10::make_intrusive<c10d::PrefixStore>("rpc", distributed::connect_store(env, init_timeout));
+  freeze_registry();
+
+  std::shared_ptr<tdr::TensorPipeAgent> agent;
+  try {
+    tda::DistAutogradContainer::init(rank);
+    tdr::TensorPipeRpcBackendOptions backend(options.num_worker_threads, std::nullopt, options.channels,
+                                             float(options.timeout_seconds), "env://");
+    agent = std::make_shared<tdr::TensorPipeAgent>(store, name, tdr::worker_id_t(rank), world_size, backend,
+                                                   std::unordered_map<std::string, tdr::DeviceMap>{},
+                                                   std::vector<c10::Device>{}, make_request_handler(name));
+    tdr::RpcAgent::setCurrentRpcAgent(agent);
+    set_type_resolver(*agent);
+    tdr::RRefContext::getInstance();  // binds upstream's RRef context to this agent
+    agent->start();
+  } catch (const c10::Error& e) {
+    s.phase = Phase::Stopped;  // the singletons may be half-bound: no second attempt
+    throw InputError(fmt::format("rpc: init_rpc of worker '{}' (rank {} of {}) failed: {}", name, rank, world_size,
+                                 first_line(e.what_without_backtrace())));
+  }
+  // Nobody calls a peer before every worker listens. Each publishes its registry's fingerprint:
+  // every worker runs the same binary, so a difference means calls between them may fail.
+  const std::string mine = registry_fingerprint();
+  auto theirs = exchange(*store, "start", rank, world_size, mine, options.init_timeout_seconds, name);
+  for (int r = 0; r < world_size; ++r) {
+    if (theirs[r] != mine) {
+      fmt::print(stderr, "rpc warning: worker '{}' registered other functions ({}) than '{}' ({}): calls between "
+                         "them may fail with 'no function registered'\n",
+                 agent->getWorkerInfo(tdr::worker_id_t(r)).name_, theirs[r], name, mine);
+    }
+  }
+  s.agent = agent;
+  s.store = store;
+  s.options = options;
+  s.name = name;
+  s.rank = rank;
+  s.world_size = world_size;
+  s.phase = Phase::Running;
+}
+
+void shutdown(bool graceful) {
+  auto& s = state();
+  std::shared_ptr<tdr::TensorPipeAgent> agent;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.phase != Phase::Running || s.shutting_down) return;
+    s.shutting_down = true;
+    agent = s.agent;
+  }
+  // Calls stay allowed until the agent has joined: calls in flight may still make nested calls.
+  std::exception_ptr barrier_error;
+  if (graceful) {
+    try {
+      exchange(*s.store, "shutdown", s.rank, s.world_size, "", s.options.init_timeout_seconds, s.name);
+      tdr::RRefContext::getInstance().delAllUsersAndUnforkedOwners(
+          std::chrono::milliseconds(int64_t(s.options.init_timeout_seconds * 1000)));
+      // Repeats a store-based count until no worker has a call in flight, then stops accepting.
+      agent->join(/*shutdown=*/true, float(s.options.init_timeout_seconds));
+    } catch (...) {
+      barrier_error = std::current_exception();
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.phase = Phase::Stopped;
+  }
+  tdr::RRefContext::destroyInstance(/*ignoreRRefLeak=*/true);
+  agent->shutdown();  // joins the timeout thread and TensorPipe, drains the pool
+  tdr::RpcAgent::setCurrentRpcAgent(nullptr);
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.agent.reset();
+  }
+  if (barrier_error) {
+    try {
+      std::rethrow_exception(barrier_error);
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw InputError(fmt::format("rpc shutdown of '{}': {}", s.name, first_line(e.what())));
+    }
+  }
+}
+
+bool rpc_running() {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.phase == Phase::Running;
+}
+
+WorkerInfo get_worker_info() {
+  auto agent = running_agent("get_worker_info", nullptr);
+  const auto& info = static_cast<const tdr::RpcAgent&>(*agent).getWorkerInfo();
+  return WorkerInfo{info.name_, info.id_};
+}
+
+WorkerInfo get_worker_info(const std::string& name) {
+  auto agent = running_agent("get_worker_info", nullptr);
+  const auto& info = find_worker(*agent, name);
+  return WorkerInfo{info.name_, info.id_};
+}
+
+std::vector<WorkerInfo> get_worker_infos() {
+  auto agent = running_agent("get_worker_infos", nullptr);
+  std::vector<WorkerInfo> out;
+  for (const auto& info : agent->getWorkerInfos()) out.push_back(WorkerInfo{info.name_, info.id_});
+  return out;
+}
+
+Future call_function(const std::string& to, const std::string& function, std::vector<c10::IValue> args,
+                     const CallOptions& options) {
+  double default_timeout = 0;
+  auto agent = running_agent(function, &default_timeout);
+  validate_function_name(function);
+  if (options.timeout_seconds && !(*options.timeout_seconds >= 0)) {
+    throw InputError(fmt::format("rpc to {} '{}': timeout_seconds must be >= 0 (got {:g})", to, function,
+                                 *options.timeout_seconds));
+  }
+  const auto& dst = find_worker(*agent, to);
+  std::vector<at::Tensor> tensors;
+  auto bytes = encode_request(Request{RequestKind::Call, function, std::move(args)}, tensors);
+  auto message = tdr::PythonCall(tdr::SerializedPyObj(std::move(bytes), std::move(tensors)), false).toMessage();
+  const double timeout = options.timeout_seconds.value_or(default_timeout);
+  // Inside a distributed autograd context the call is always recorded: a result may require grad
+  // when no argument does (PyTorch does the same for every Python function).
+  const bool in_context = tda::DistAutogradContainer::getInstance().hasValidContext();
+  c10::intrusive_ptr<tdr::JitFuture> reply;
+  try {
+    reply = tda::sendMessageWithAutograd(*agent, dst, std::move(message), in_context,
+                                         options.timeout_seconds ? float(*options.timeout_seconds)
+                                                                 : tdr::kUnsetRpcTimeout);
+  } catch (const std::exception& e) {
+    throw RpcError(RpcErrorKind::PeerLost, message::peer_lost(to, function, first_line(e.what())));
+  }
+  Future result;
+  reply->addCallback([result, to, function, timeout](tdr::JitFuture& done) {
+    try {
+      result.set_value(decode_reply(done, to, function, timeout));
+    } catch (...) {
+      result.set_error(std::current_exception());
+    }
+  });
+  return result;
+}
+
+}  // namespace ctitan::rpc
