@@ -24,8 +24,10 @@ struct SimResult {
 SimResult simulate(const std::vector<std::vector<Action>>& lowered, const PipeShape& shape, double t_f = 1,
                    double t_b = 2);
 
-// The idle share with equal stages and zero-latency links: (p-1)/(m+p-1) for GPipe and 1F1B,
-// (p-1)/(v*m+p-1) for Interleaved1F1B (exact when pp divides m; see schedule_test.cpp).
+// The idle share of every rank with equal stages and zero-latency links, any F:B cost ratio:
+// 1 - v*m / (v*max(m, p) + min(m, p) - 1), v = 1 for GPipe and 1F1B. For GPipe/1F1B that is
+// (p-1)/(m+p-1); for Interleaved1F1B it is (p-1)/(v*m+p-1) when m >= p, and larger when m < p
+// (schedule_test.cpp checks it against simulate() over the whole grid).
 double theoretical_bubble(ScheduleKind kind, const PipeShape& shape);
 
 }  // namespace ctitan::parallel::pipeline
