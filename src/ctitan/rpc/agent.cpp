@@ -12,6 +12,7 @@
 #include <torch/csrc/distributed/rpc/utils.h>
 #include <torch/csrc/jit/mobile/type_parser.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
@@ -104,12 +105,21 @@ void set_type_resolver(tdr::RpcAgent& agent) {
   }));
 }
 
+// By rank: the agent's own order is a hash map's.
+std::vector<WorkerInfo> workers_by_rank(const tdr::RpcAgent& agent) {
+  std::vector<WorkerInfo> infos;
+  for (const auto& info : agent.getWorkerInfos()) infos.push_back(WorkerInfo{info.name_, info.id_});
+  std::sort(infos.begin(), infos.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  return infos;
+}
+
 const tdr::WorkerInfo& find_worker(const tdr::RpcAgent& agent, const std::string& name) {
-  for (const auto& info : agent.getWorkerInfos()) {
-    if (info.name_ == name) return agent.getWorkerInfo(info.id_);
+  auto infos = workers_by_rank(agent);
+  for (const auto& info : infos) {
+    if (info.name == name) return agent.getWorkerInfo(tdr::worker_id_t(info.id));
   }
   std::string known;
-  for (const auto& info : agent.getWorkerInfos()) known += (known.empty() ? "" : ", ") + info.name_;
+  for (const auto& info : infos) known += (known.empty() ? "" : ", ") + info.name;
   throw InputError(fmt::format("rpc: no worker named '{}' (workers: {})", name, known));
 }
 
@@ -297,9 +307,7 @@ WorkerInfo get_worker_info(const std::string& name) {
 
 std::vector<WorkerInfo> get_worker_infos() {
   auto agent = running_agent("get_worker_infos", nullptr);
-  std::vector<WorkerInfo> out;
-  for (const auto& info : agent->getWorkerInfos()) out.push_back(WorkerInfo{info.name_, info.id_});
-  return out;
+  return workers_by_rank(*agent);
 }
 
 Future call_function(const std::string& to, const std::string& function, std::vector<c10::IValue> args,

@@ -34,6 +34,6 @@ void shutdown(bool graceful = true);
 bool rpc_running();
 WorkerInfo get_worker_info();                         // this worker
 WorkerInfo get_worker_info(const std::string& name);  // InputError for an unknown name
-std::vector<WorkerInfo> get_worker_infos();
+std::vector<WorkerInfo> get_worker_infos();  // by rank
 
 }  // namespace ctitan::rpc

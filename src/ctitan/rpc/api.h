@@ -46,6 +46,7 @@ Future rpc_async(const std::string& to, const std::string& function, Args&&... a
     }
   };
   (add(std::forward<Args>(args)), ...);
+  (void)add;  // no arguments
   return call_function(to, function, std::move(values), options);
 }
 

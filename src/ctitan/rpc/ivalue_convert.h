@@ -182,11 +182,21 @@ struct Convert<c10::Dict<K, V>> {
     return true;
   }
   static c10::Dict<K, V> from(const c10::IValue& v) {
-    c10::Dict<K, V> out;
+    c10::Dict<K, V> out = empty();
     for (const auto& entry : v.toGenericDict()) out.insert(Convert<K>::from(entry.key()), Convert<V>::from(entry.value()));
     return out;
   }
   static c10::IValue to(c10::Dict<K, V> v) { return c10::IValue(std::move(v)); }
+
+ private:
+  // c10 has no default constructor for Dict<K, IValue>: it needs the key type spelled out.
+  static c10::Dict<K, V> empty() {
+    if constexpr (std::is_same_v<V, c10::IValue>) {
+      return c10::Dict<K, V>(c10::getTypePtr<K>(), c10::AnyType::get());
+    } else {
+      return c10::Dict<K, V>();
+    }
+  }
 };
 
 }  // namespace ctitan::rpc

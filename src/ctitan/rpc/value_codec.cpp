@@ -50,6 +50,61 @@ void ByteReader::expect_end() const {
 
 std::string value_type_name(const c10::IValue& value) { return value.type()->annotation_str(); }
 
+bool values_equal(const c10::IValue& a, const c10::IValue& b) {
+  if (a.isNone() || a.isBool() || a.isInt() || a.isString()) {
+    if (a.isNone()) return b.isNone();
+    if (a.isBool()) return b.isBool() && a.toBool() == b.toBool();
+    if (a.isInt()) return b.isInt() && a.toInt() == b.toInt();
+    return b.isString() && a.toStringRef() == b.toStringRef();
+  }
+  if (a.isDouble()) {
+    if (!b.isDouble()) return false;
+    double x = a.toDouble(), y = b.toDouble();
+    return std::memcmp(&x, &y, sizeof x) == 0;
+  }
+  if (a.isTensor()) {
+    if (!b.isTensor()) return false;
+    const auto& x = a.toTensor();
+    const auto& y = b.toTensor();
+    if (x.defined() != y.defined()) return false;
+    if (!x.defined()) return true;
+    if (x.scalar_type() != y.scalar_type() || x.sizes() != y.sizes()) return false;
+    // Bytes, not values: NaNs compare equal to themselves, and -0.0 differs from 0.0.
+    if (x.numel() == 0) return true;
+    auto cx = x.contiguous(), cy = y.contiguous();
+    return std::memcmp(cx.data_ptr(), cy.data_ptr(), cx.numel() * cx.element_size()) == 0;
+  }
+  if (a.isList()) {
+    if (!b.isList()) return false;
+    auto x = a.toList(), y = b.toList();
+    if (*x.elementType() != *y.elementType() || x.size() != y.size()) return false;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (!values_equal(x.get(i), y.get(i))) return false;
+    }
+    return true;
+  }
+  if (a.isTuple()) {
+    if (!b.isTuple()) return false;
+    const auto& x = a.toTupleRef().elements();
+    const auto& y = b.toTupleRef().elements();
+    if (x.size() != y.size()) return false;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (!values_equal(x[i], y[i])) return false;
+    }
+    return true;
+  }
+  if (a.isGenericDict()) {
+    if (!b.isGenericDict()) return false;
+    auto x = a.toGenericDict(), y = b.toGenericDict();
+    if (*x.keyType() != *y.keyType() || x.size() != y.size()) return false;
+    for (auto i = x.begin(), j = y.begin(); i != x.end(); ++i, ++j) {
+      if (!values_equal(i->key(), j->key()) || !values_equal(i->value(), j->value())) return false;
+    }
+    return true;
+  }
+  return false;  // RRefs and values the codec does not carry
+}
+
 namespace {
 
 ElementKind element_kind(const c10::TypePtr& type) {

@@ -101,6 +101,11 @@ void encode_value(const c10::IValue& value, ByteWriter& out, std::vector<at::Ten
 c10::IValue decode_value(ByteReader& in, const std::vector<at::Tensor>& tensors,
                          const RRefCodecHook& hook = reject_rrefs());
 
+// Equal as the codec sees values: same kinds (list element and dict key types included), doubles
+// bitwise, tensors by dtype, shape and bytes (not storage or strides), dicts in order (their value
+// types are not compared: a decoded dict holds Any).
+bool values_equal(const c10::IValue& a, const c10::IValue& b);
+
 // "Tensor", "int", "List[int]", "Dict[str, Any]"...: the type names the error messages use.
 std::string value_type_name(const c10::IValue& value);
 
