@@ -42,6 +42,11 @@ const Layout kDdp2{"DDP(2)", 2, degrees(2, 1, 6)};
 // TP ranks of a group share their batch: TP(2) is one data-parallel rank of 12.
 const Layout kTp2{"TP(2)", 2, degrees(1, 1, 12, 2)};
 const Layout kFsdp2Tp2{"FSDP(2)xTP(2)", 4, degrees(1, 2, 6, 2)};
+// Pipeline stages share their batch too: PP(2) is one data-parallel rank of 12, in 4
+// microbatches of 3. Each rank saves only its stage's FQNs.
+const Layout kPp2{"PP(2)", 2,
+                  {"--parallelism.pipeline_parallel_degree", "2", "--training.local_batch_size", "12",
+                   "--parallelism.pipeline_parallel_microbatch_size", "3"}};
 
 struct RunLosses {
   std::map<int64_t, double> losses;  // step -> loss, every row of metrics.jsonl (earlier runs' too)
@@ -102,6 +107,10 @@ TEST(CliCheckpointReshard, FsdpResumesAsDdp) { expect_chain_matches_one_run({kFs
 TEST(CliCheckpointReshard, TpLayoutChainMatchesOneRun) {
   expect_chain_matches_one_run({kTp2, kFsdp2Tp2, kFsdp2, kOne, kTp2});
 }
+
+// Pipeline checkpoints: each stage's parameters and optimizer state under their unsharded FQNs;
+// the union is the model. PP(2) -> 1 process -> PP(2).
+TEST(CliCheckpointReshard, PpLayoutChainMatchesOneRun) { expect_chain_matches_one_run({kPp2, kOne, kPp2}); }
 
 }  // namespace
 }  // namespace ctitan

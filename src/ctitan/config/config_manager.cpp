@@ -336,6 +336,17 @@ void check_config(const JobConfig& c) {
           fmt::format("parallelism.data_parallel_shard_degree must be -1 or >= 1 (got {})", p.data_parallel_shard_degree));
   require(p.tensor_parallel_degree >= 1,
           fmt::format("parallelism.tensor_parallel_degree must be >= 1 (got {})", p.tensor_parallel_degree));
+  require(p.pipeline_parallel_degree >= 1,
+          fmt::format("parallelism.pipeline_parallel_degree must be >= 1 (got {})", p.pipeline_parallel_degree));
+  require(p.pipeline_parallel_microbatch_size >= 1,
+          fmt::format("parallelism.pipeline_parallel_microbatch_size must be >= 1 (got {})", p.pipeline_parallel_microbatch_size));
+  require(p.pipeline_parallel_layers_per_stage == -1 || p.pipeline_parallel_layers_per_stage >= 1,
+          fmt::format("parallelism.pipeline_parallel_layers_per_stage must be -1 or >= 1 (got {})",
+                      p.pipeline_parallel_layers_per_stage));
+  for (auto [key, v] : {std::pair{"first", p.pipeline_parallel_first_stage_less_layers},
+                        {"last", p.pipeline_parallel_last_stage_less_layers}}) {
+    require(v >= 0, fmt::format("parallelism.pipeline_parallel_{}_stage_less_layers must be >= 0 (got {})", key, v));
+  }
   require(p.bucket_cap_mb > 0, fmt::format("parallelism.bucket_cap_mb must be > 0 (got {})", p.bucket_cap_mb));
   require(c.comm.link_gbytes_per_s >= 0,
           fmt::format("comm.link_gbytes_per_s must be >= 0 (got {})", c.comm.link_gbytes_per_s));

@@ -109,6 +109,13 @@ struct Parallelism {
   int64_t tensor_parallel_degree = 1;           // TP dimension (innermost: tp ranks of a group are adjacent)
   bool disable_loss_parallel = false;           // TP: gather the vocab-sharded logits before the loss
   bool enable_async_tensor_parallel = false;    // TP: collectives fused with the matmuls beside them, overlapped
+  // Pipeline parallelism (parallel/pipeline/): the outermost mesh dimension.
+  int64_t pipeline_parallel_degree = 1;
+  std::string pipeline_parallel_schedule = "1F1B";   // GPipe | 1F1B | Interleaved1F1B
+  int64_t pipeline_parallel_microbatch_size = 1;     // microbatches per step = local_batch_size / this
+  int64_t pipeline_parallel_layers_per_stage = -1;   // -1: one stage per rank (two for interleaved)
+  int64_t pipeline_parallel_first_stage_less_layers = 1;  // layer slots the embeddings count for
+  int64_t pipeline_parallel_last_stage_less_layers = 1;   // layer slots norm + output count for
   double bucket_cap_mb = 25.0;                  // DDP gradient bucket size
   ReshardAfterForward fsdp_reshard_after_forward = ReshardAfterForward::kDefault;  // default | always | never
   GradientSync fsdp_gradient_sync = GradientSync::kEveryMicrobatch;  // every_microbatch | last_microbatch

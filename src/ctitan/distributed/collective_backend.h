@@ -18,6 +18,13 @@ namespace ctitan::distributed {
 // mean is rarely what a caller wants, so they sum and divide themselves.
 enum class ReduceOp { kSum, kAvg, kMax };
 
+// How the host learns that a backend's operations completed.
+enum class Completion {
+  kCallback,  // each c10d work's future calls back on the backend's thread (Gloo collectives)
+  kOnWait,    // only through c10d's Work::wait(timeout): Gloo's send and recv have no future
+  kStream,    // ordered on a device stream; wait() makes the current stream wait (NCCL)
+};
+
 // What a backend started for one collective.
 struct BackendLaunch {
   // The c10d operations making up the collective; it is complete when all are.
@@ -27,10 +34,9 @@ struct BackendLaunch {
   // Runs once all `works` completed: copy-back from a wire buffer, a local reduction, AVG's
   // division, returning a pooled buffer. Empty when there is nothing to do.
   std::function<void()> finish;
-  // True when completion is ordered on a device stream rather than signalled to the host: wait()
-  // then makes the caller's current stream wait for the collective (c10d's Work::wait() on
-  // NCCL), instead of blocking the host. See nccl_backend.h.
-  bool stream_ordered = false;
+  // kStream: wait() makes the caller's current stream wait for the collective (c10d's
+  // Work::wait() on NCCL) instead of blocking the host. See nccl_backend.h.
+  Completion completion = Completion::kCallback;
 };
 
 // Arguments are validated by the Communicator before a backend sees them: same dtype and
@@ -47,6 +53,9 @@ class CollectiveBackend {
   // input: size * output.numel() elements; output = reduction of input[rank*n, (rank+1)*n).
   virtual BackendLaunch reduce_scatter_tensor(const at::Tensor& output, const at::Tensor& input, ReduceOp op) = 0;
   virtual BackendLaunch barrier() = 0;
+  // Point-to-point: `t` (contiguous) goes to, or is filled from, the same-tag call of `peer`.
+  virtual BackendLaunch send(const at::Tensor& t, int peer, int tag) = 0;
+  virtual BackendLaunch recv(const at::Tensor& t, int peer, int tag) = 0;
   // Changes the transport's own per-operation timeout (c10d Backend::setTimeout).
   virtual void set_timeout(std::chrono::milliseconds timeout) = 0;
   virtual c10::intrusive_ptr<c10d::Backend> c10d_backend() const = 0;

@@ -186,20 +186,32 @@ Communicator::~Communicator() {
   }
 }
 
-std::shared_ptr<detail::WorkState> Communicator::begin(const char* op, const torch::Tensor& payload) {
+void Communicator::refuse_if_failed(const char* op) const {
   if (health_->failed()) {
     throw CommError(fmt::format("{} on group '{}' refused: the group failed earlier ({})", op, name_, health_->why()));
   }
-  auto s = std::make_shared<detail::WorkState>();
+}
+
+std::shared_ptr<detail::WorkState> Communicator::begin(const char* op, const torch::Tensor& payload) {
+  refuse_if_failed(op);
   int64_t seq = ++sequence_;
+  auto s = new_state(op,
+                     payload.defined()
+                         ? fmt::format("{} #{} on group '{}' (rank {} of {}, {} x {})", op, seq, name_, rank_, size_,
+                                       payload.numel(), dtype_name(payload.scalar_type()))
+                         : fmt::format("{} #{} on group '{}' (rank {} of {})", op, seq, name_, rank_, size_),
+                     payload);
   if (progress_) {
     progress_->issued(seq);
     s->missing_peers = [progress = progress_, seq] { return progress->missing_peers(seq); };
   }
-  s->label = payload.defined()
-                 ? fmt::format("{} #{} on group '{}' (rank {} of {}, {} x {})", op, seq, name_, rank_, size_,
-                               payload.numel(), dtype_name(payload.scalar_type()))
-                 : fmt::format("{} #{} on group '{}' (rank {} of {})", op, seq, name_, rank_, size_);
+  return s;
+}
+
+std::shared_ptr<detail::WorkState> Communicator::new_state(const char* op, std::string label,
+                                                           const torch::Tensor& payload) {
+  auto s = std::make_shared<detail::WorkState>();
+  s->label = std::move(label);
   s->stats_key = op;
   s->timeout = timeout();
   s->deadline = Clock::now() + s->timeout;
@@ -231,7 +243,7 @@ std::shared_ptr<Work> Communicator::issue(std::shared_ptr<detail::WorkState> sta
   state->issue_seconds = std::chrono::duration<double>(Clock::now() - started).count();
   state->held = std::move(launch.held);
   state->finish = std::move(launch.finish);
-  state->stream_ordered = launch.stream_ordered;
+  state->completion = launch.completion;
   auto work = detail::launch(std::move(state), std::move(launch.works));
   if (!async_op) work->wait();
   return work;
@@ -285,6 +297,37 @@ std::shared_ptr<Work> Communicator::reduce_scatter_tensor(torch::Tensor output, 
   if (input.numel() == 0) return issue(state, {}, async_op, started);
   return issue(state, start(*state, [&] { return backend_for(input).reduce_scatter_tensor(output, input, op); }),
                async_op, started);
+}
+
+std::shared_ptr<Work> Communicator::isend(torch::Tensor t, int peer, int tag) {
+  return point_to_point(/*send=*/true, std::move(t), peer, tag);
+}
+
+std::shared_ptr<Work> Communicator::irecv(torch::Tensor t, int peer, int tag) {
+  return point_to_point(/*send=*/false, std::move(t), peer, tag);
+}
+
+std::shared_ptr<Work> Communicator::point_to_point(bool send, torch::Tensor t, int peer, int tag) {
+  auto started = Clock::now();
+  const char* op = send ? "send" : "recv";
+  check_dtype(op, t);
+  if (!t.is_contiguous() || t.numel() == 0) {
+    throw CommError(fmt::format("invalid {}: group '{}' needs a contiguous, non-empty tensor", op, name_));
+  }
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    throw CommError(fmt::format("invalid {}: peer {} is not another rank of group '{}' (rank {} of {})", op, peer,
+                                name_, rank_, size_));
+  }
+  if (tag < 0) throw CommError(fmt::format("invalid {}: tag {} on group '{}' is negative", op, tag, name_));
+  refuse_if_failed(op);
+  int64_t n = ++p2p_counts_[{send, peer}];
+  auto state = new_state(op,
+                         fmt::format("{} #{} {} rank {} (tag {}) on group '{}' (rank {} of {}, {} x {})", op, n,
+                                     send ? "to" : "from", peer, tag, name_, rank_, size_, t.numel(),
+                                     dtype_name(t.scalar_type())),
+                         t);
+  auto launch = start(*state, [&] { return send ? backend_for(t).send(t, peer, tag) : backend_for(t).recv(t, peer, tag); });
+  return issue(state, std::move(launch), /*async_op=*/true, started);
 }
 
 }  // namespace ctitan::distributed

@@ -92,7 +92,16 @@ class Communicator {
   std::shared_ptr<Work> reduce_scatter_tensor(torch::Tensor output, torch::Tensor input, ReduceOp op,
                                               bool async_op = false);
 
-  // Keyed "all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier".
+  // Point-to-point (pipeline parallelism), always asynchronous: `t` goes to, or is filled from,
+  // the call with the same `tag` on `peer`. `t` must be contiguous and non-empty, `peer` another
+  // rank of this group, `tag` >= 0. They take no collective sequence number (peers issue
+  // different p2p ops) and count per peer and direction instead. The deadline (the group's
+  // timeout) counts from wait(), since receives are posted ahead of need. On Gloo a send moves
+  // its bytes only once the peer posted the receive, so its wait() can block on the peer.
+  std::shared_ptr<Work> isend(torch::Tensor t, int peer, int tag);
+  std::shared_ptr<Work> irecv(torch::Tensor t, int peer, int tag);
+
+  // Keyed "all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier", "send", "recv".
   std::map<std::string, CollectiveStats> stats() const { return stats_->snapshot(); }
   // Collectives issued so far on this group by this rank (the "#17" of error messages).
   int64_t sequence_number() const { return sequence_.load(); }
@@ -103,6 +112,10 @@ class Communicator {
   Communicator(std::string name, int rank, int size, std::chrono::milliseconds timeout);
   // Refuses calls on a failed group, numbers the collective and counts its bytes.
   std::shared_ptr<detail::WorkState> begin(const char* op, const torch::Tensor& payload);
+  // The state every operation shares: label, stats, timeout, health. Counts the bytes.
+  std::shared_ptr<detail::WorkState> new_state(const char* op, std::string label, const torch::Tensor& payload);
+  void refuse_if_failed(const char* op) const;
+  std::shared_ptr<Work> point_to_point(bool send, torch::Tensor t, int peer, int tag);
   // Starts the backend's part with `start` (a call on backend_for(...)); a backend that refuses
   // after this rank numbered the collective fails the group, since this rank's sequence numbers
   // no longer match its peers'.
@@ -117,6 +130,7 @@ class Communicator {
   int size_;
   std::atomic<int64_t> timeout_ms_;
   std::atomic<int64_t> sequence_{0};
+  std::map<std::pair<bool, int>, int64_t> p2p_counts_;  // (send?, peer) -> ops issued; caller's thread
   std::shared_ptr<StatsTable> stats_ = std::make_shared<StatsTable>();
   std::shared_ptr<GroupHealth> health_ = std::make_shared<GroupHealth>();
   std::shared_ptr<ProgressBoard> progress_;

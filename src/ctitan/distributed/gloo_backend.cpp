@@ -119,4 +119,24 @@ BackendLaunch GlooBackend::reduce_scatter_tensor(const at::Tensor& output, const
   return launch;
 }
 
+// Raw bits both ways, so bf16 crosses exactly. Gloo's send/recv works have no future: they
+// complete in Work::wait() (Completion::kOnWait).
+BackendLaunch GlooBackend::send(const at::Tensor& t, int peer, int tag) {
+  std::vector<at::Tensor> wire{bits_view(t)};
+  BackendLaunch launch;
+  launch.held = {t};
+  launch.completion = Completion::kOnWait;
+  launch.works = just(group_->send(wire, peer, tag));
+  return launch;
+}
+
+BackendLaunch GlooBackend::recv(const at::Tensor& t, int peer, int tag) {
+  std::vector<at::Tensor> wire{bits_view(t)};
+  BackendLaunch launch;
+  launch.held = {t};
+  launch.completion = Completion::kOnWait;
+  launch.works = just(group_->recv(wire, peer, tag));
+  return launch;
+}
+
 }  // namespace ctitan::distributed

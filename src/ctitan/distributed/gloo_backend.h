@@ -23,6 +23,8 @@ class GlooBackend final : public CollectiveBackend {
   BackendLaunch all_gather_into_tensor(const at::Tensor& output, const at::Tensor& input) override;
   BackendLaunch reduce_scatter_tensor(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override;
   BackendLaunch barrier() override;
+  BackendLaunch send(const at::Tensor& t, int peer, int tag) override;
+  BackendLaunch recv(const at::Tensor& t, int peer, int tag) override;
   void set_timeout(std::chrono::milliseconds timeout) override { group_->setTimeout(timeout); }
   c10::intrusive_ptr<c10d::Backend> c10d_backend() const override { return group_; }
 

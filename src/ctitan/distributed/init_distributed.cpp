@@ -171,9 +171,10 @@ std::unique_ptr<DistContext> init_distributed(const config::JobConfig& config, c
     names.push_back(name);
     sizes.push_back(size);
   }
-  if (names.empty() || names.front() == "tp") {  // no data parallelism still gets a (trivial) dp dimension
-    names.insert(names.begin(), "dp_shard");
-    sizes.insert(sizes.begin(), 1);
+  if (ctx->dims.dp() == 1) {  // no data parallelism still gets a (trivial) dp dimension, inside pp
+    auto at = names.begin() + (ctx->dims.pp_enabled() ? 1 : 0);
+    sizes.insert(sizes.begin() + (at - names.begin()), 1);
+    names.insert(at, "dp_shard");
   }
   ctx->mesh = std::make_unique<DeviceMesh>(names, sizes, env.rank);
   std::vector<std::string> dp_dims;
@@ -181,6 +182,12 @@ std::unique_ptr<DistContext> init_distributed(const config::JobConfig& config, c
     if (n == "dp_replicate" || n == "dp_shard") dp_dims.push_back(n);
   }
   if (!dp_dims.empty()) ctx->mesh->flatten(dp_dims, "dp");
+  if (ctx->dims.pp_enabled()) {
+    // The ranks whose losses add up to the step's loss: ranks without the last stage add 0.
+    auto loss_dims = dp_dims;
+    loss_dims.insert(loss_dims.begin(), "pp");
+    ctx->mesh->flatten(loss_dims, "loss");
+  }
   ctx->mesh->create_groups(ctx->store, timeout);
   spdlog::info("rank {}/{} joined ({} launcher, restart round {}); mesh {}", env.rank, env.world_size, env.source,
                env.restart_count, fmt::format("{}", fmt::join(names, " x ")));

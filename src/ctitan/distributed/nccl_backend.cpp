@@ -32,7 +32,7 @@ std::unique_ptr<NcclBackend> NcclBackend::create_if_gpu(const c10::intrusive_ptr
 
 BackendLaunch NcclBackend::all_reduce(const at::Tensor& t, ReduceOp op) {
   BackendLaunch launch;
-  launch.stream_ordered = true;
+  launch.completion = Completion::kStream;
   auto wire = contiguous_or_copy(t, launch);
   launch.held = {t, wire};
   std::vector<at::Tensor> wires{wire};
@@ -44,7 +44,7 @@ BackendLaunch NcclBackend::all_reduce(const at::Tensor& t, ReduceOp op) {
 
 BackendLaunch NcclBackend::broadcast(const at::Tensor& t, int root) {
   BackendLaunch launch;
-  launch.stream_ordered = true;
+  launch.completion = Completion::kStream;
   auto wire = contiguous_or_copy(t, launch);
   launch.held = {t, wire};
   std::vector<at::Tensor> wires{wire};
@@ -56,7 +56,7 @@ BackendLaunch NcclBackend::broadcast(const at::Tensor& t, int root) {
 
 BackendLaunch NcclBackend::all_gather_into_tensor(const at::Tensor& output, const at::Tensor& input) {
   BackendLaunch launch;
-  launch.stream_ordered = true;
+  launch.completion = Completion::kStream;
   auto out = contiguous_or_copy(output, launch);
   auto in = input.contiguous();
   launch.held = {output, input, out, in};
@@ -66,7 +66,7 @@ BackendLaunch NcclBackend::all_gather_into_tensor(const at::Tensor& output, cons
 
 BackendLaunch NcclBackend::reduce_scatter_tensor(const at::Tensor& output, const at::Tensor& input, ReduceOp op) {
   BackendLaunch launch;
-  launch.stream_ordered = true;
+  launch.completion = Completion::kStream;
   auto out = contiguous_or_copy(output, launch);
   auto in = input.contiguous();
   launch.held = {output, input, out, in};
@@ -78,8 +78,28 @@ BackendLaunch NcclBackend::reduce_scatter_tensor(const at::Tensor& output, const
 
 BackendLaunch NcclBackend::barrier() {
   BackendLaunch launch;
-  launch.stream_ordered = true;
+  launch.completion = Completion::kStream;
   launch.works = just(group_->barrier());
+  return launch;
+}
+
+// Stream-ordered as the collectives. PyTorch warms NCCL's p2p communicators with a neighbour
+// exchange first; compiled, never run on a GPU.
+BackendLaunch NcclBackend::send(const at::Tensor& t, int peer, int tag) {
+  BackendLaunch launch;
+  launch.completion = Completion::kStream;
+  std::vector<at::Tensor> wires{t};
+  launch.held = {t};
+  launch.works = just(group_->send(wires, peer, tag));
+  return launch;
+}
+
+BackendLaunch NcclBackend::recv(const at::Tensor& t, int peer, int tag) {
+  BackendLaunch launch;
+  launch.completion = Completion::kStream;
+  std::vector<at::Tensor> wires{t};
+  launch.held = {t};
+  launch.works = just(group_->recv(wires, peer, tag));
   return launch;
 }
 

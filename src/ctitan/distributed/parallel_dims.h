@@ -13,6 +13,7 @@ struct ParallelDims {
   int64_t dp_replicate = 1;
   int64_t dp_shard = 1;
   int64_t tp = 1;
+  int64_t pp = 1;
   int64_t world_size = 1;
 
   // Resolves data_parallel_shard_degree = -1 to the ranks left over. A product that does not
@@ -23,8 +24,10 @@ struct ParallelDims {
   bool ddp_enabled() const { return dp_replicate > 1 && dp_shard == 1; }
   bool fsdp_enabled() const { return dp_shard > 1; }
   bool tp_enabled() const { return tp > 1; }
+  bool pp_enabled() const { return pp > 1; }
 
-  // The mesh's named dimensions, outermost first, sizes > 1 only (torchtitan's order).
+  // The mesh's named dimensions, outermost first, sizes > 1 only (torchtitan's order:
+  // pp, dp_replicate, dp_shard, tp).
   std::vector<std::pair<std::string, int64_t>> mesh_dims() const;
 };
 

@@ -73,7 +73,8 @@ void release_backends(std::vector<c10::intrusive_ptr<c10d::Work>>& backends) {
 void Work::wait() {
   auto& s = *state_;
   auto start = Clock::now();
-  if (s.stream_ordered) return wait_on_stream();
+  if (s.completion == Completion::kStream) return wait_on_stream();
+  if (s.completion == Completion::kOnWait) return wait_in_backend();
   std::unique_lock<std::mutex> lock(s.mutex);
   if (s.waited) return;
   if (!s.done_cv.wait_until(lock, s.deadline, [&] { return s.done; })) {
@@ -128,9 +129,50 @@ void Work::wait_on_stream() {
                        s.issue_seconds + std::chrono::duration<double>(Clock::now() - start).count());
 }
 
+void Work::wait_in_backend() {
+  auto& s = *state_;
+  auto start = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.waited) return;
+  }
+  // Receives are posted ahead of need, so the deadline counts from here, not from the issue.
+  const auto deadline = start + s.timeout;
+  std::string failure;
+  bool timed_out = false;
+  try {
+    for (auto& backend : s.backends) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0 || !backend->wait(left)) {
+        timed_out = true;
+        break;
+      }
+    }
+  } catch (const std::exception& e) {
+    failure = first_line(e.what());
+    timed_out = failure.find("Timed out") != std::string::npos || failure.find("timed out") != std::string::npos;
+  }
+  s.stats->add_seconds(s.stats_key, s.issue_seconds + std::chrono::duration<double>(Clock::now() - start).count());
+  if (timed_out || !failure.empty()) {
+    // The transport may still write into the buffers (a receive stays posted), so they stay
+    // held, and the group is unusable from here on.
+    auto message = timed_out ? timeout_message(s) + (failure.empty() ? "" : " (" + failure + ")")
+                             : fmt::format("collective failed: {}: {}", s.label, failure);
+    s.health->mark_failed(message);
+    throw CommError(message);
+  }
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.waited = true;
+    s.done = true;
+  }
+  release_backends(s.backends);
+  s.held.clear();
+}
+
 bool Work::is_completed() {
   std::lock_guard<std::mutex> lock(state_->mutex);
-  if (state_->stream_ordered) {
+  if (state_->completion == Completion::kStream) {
     return std::all_of(state_->backends.begin(), state_->backends.end(),
                        [](const auto& backend) { return backend->isCompleted(); });
   }
@@ -140,7 +182,7 @@ bool Work::is_completed() {
 namespace detail {
 
 std::shared_ptr<Work> launch(std::shared_ptr<WorkState> state, std::vector<c10::intrusive_ptr<c10d::Work>> backends) {
-  if (state->stream_ordered && !backends.empty()) {
+  if (state->completion != Completion::kCallback && !backends.empty()) {
     state->backends = std::move(backends);
     return std::make_shared<Work>(std::move(state));
   }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "ctitan/distributed/collective_backend.h"
 #include "ctitan/distributed/comm_error.h"
 #include "ctitan/distributed/comm_stats.h"
 
@@ -77,9 +78,10 @@ struct WorkState {
   // the local reduction of reduce_scatter, AVG's division. May capture tensors; it is destroyed
   // before `done` is set, so only `held` keeps them alive after that.
   std::function<void()> finish;
-  // Completion is ordered on a device stream (NCCL): wait() calls each c10d work's wait(), which
-  // makes the caller's current stream wait for it, then runs `finish` on that stream.
-  bool stream_ordered = false;
+  // kStream (NCCL): wait() calls each c10d work's wait(), which makes the caller's current
+  // stream wait for it, then runs `finish` on that stream. kOnWait (Gloo send/recv): wait()
+  // blocks in each c10d work's wait(remaining time).
+  Completion completion = Completion::kCallback;
 };
 
 }  // namespace detail
@@ -88,7 +90,8 @@ class Work {
  public:
   explicit Work(std::shared_ptr<detail::WorkState> state) : state_(std::move(state)) {}
 
-  // Blocks until done, at most until the collective's deadline (issue time + the group's timeout).
+  // Blocks until done, at most until the collective's deadline (issue time + the group's
+  // timeout; for point-to-point ops, the start of wait() + the timeout).
   // Throws CommError on timeout or failure. Drops every tensor reference before returning, so
   // a buffer the caller releases afterwards is freed at once. Calling it again is a no-op.
   void wait();
@@ -98,6 +101,7 @@ class Work {
 
  private:
   void wait_on_stream();
+  void wait_in_backend();
   std::shared_ptr<detail::WorkState> state_;
 };
 

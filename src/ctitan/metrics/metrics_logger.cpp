@@ -86,6 +86,8 @@ void MetricsLogger::log(const StepMetrics& m) {
              {"comm/exposed(%)", 100.0 * m.comm_exposed_s / step_s},
              {"comm/bytes_per_step", m.comm_bytes_per_step},
              {"comm/bandwidth(GB/s)", m.comm_bandwidth_gbps},
+             {"pipeline/bubble", m.pp_bubble},
+             {"pipeline/bubble_max", m.pp_bubble_max},
              {"monitoring/memory(%)", m.monitoring.memory_pct},
              {"monitoring/compute(%)", m.monitoring.compute_pct},
              {"monitoring/bandwidth_use(%)", m.monitoring.bandwidth_use_pct},
@@ -134,6 +136,11 @@ void MetricsLogger::log(const StepMetrics& m) {
     row[prefix + "grad_sync_pct"] = pct(mon->grad_sync_pct);
   }
   row["comm_bandwidth_gbps"] = pct(m.comm_bandwidth_gbps);
+  if (!std::isnan(m.pp_bubble)) {
+    row["pp_bubble"] = pct(m.pp_bubble);
+    row["pp_bubble_max"] = pct(m.pp_bubble_max);
+    row["pp_bubble_theory"] = pct(m.pp_bubble_theory);
+  }
   jsonl_ << row.dump() << '\n';
   check_jsonl();
 }

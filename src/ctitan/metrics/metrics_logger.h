@@ -40,6 +40,9 @@ struct StepMetrics {
   // The monitoring table's shares (monitoring.h): this rank's, and the worst over all ranks.
   Monitoring monitoring, worst;
   double comm_bandwidth_gbps = NAN;  // collective payload GB per second blocked in collectives
+  // Pipeline parallelism: this rank's idle share of its schedule runs (1 - compute / run time),
+  // the largest over the ranks, and the schedule's theoretical (p-1)/(m+p-1); NaN without PP.
+  double pp_bubble = NAN, pp_bubble_max = NAN, pp_bubble_theory = NAN;
 };
 
 // Makes `path` ready for a run that starts after step `resumed_step` (0: a fresh run). A fresh run

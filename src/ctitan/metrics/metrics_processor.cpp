@@ -61,13 +61,16 @@ void MetricsProcessor::log(int64_t step, const torch::Tensor& loss, const torch:
   double bandwidth_gbps = NAN;
   const Monitoring mine = window_monitoring(seconds, memory.peak_bytes, &bandwidth_gbps);
   auto global_loss = loss.detach().clone();
-  // [step time, memory, compute, exposed comm, bandwidth use, grad sync, loss], worst over the
-  // world, in the one MAX all-reduce a log step already makes.
-  constexpr int kWorst = 7;
-  const bool lower_is_worse[kWorst] = {false, false, true, false, true, false, false};
+  const double bubble = window_.pipeline_run_seconds > 0
+                            ? 1.0 - window_.pipeline_busy_seconds / window_.pipeline_run_seconds
+                            : NAN;
+  // [step time, memory, compute, exposed comm, bandwidth use, grad sync, loss, pipeline bubble],
+  // worst over the world, in the one MAX all-reduce a log step already makes.
+  constexpr int kWorst = 8;
+  const bool lower_is_worse[kWorst] = {false, false, true, false, true, false, false, false};
   const double values[kWorst] = {seconds / steps,       mine.memory_pct,        mine.compute_pct,
                                  mine.exposed_comm_pct, mine.bandwidth_use_pct, mine.grad_sync_pct,
-                                 rank_loss.item<double>()};
+                                 rank_loss.item<double>(), bubble};
   auto worst = torch::empty({kWorst}, torch::kDouble);
   for (int i = 0; i < kWorst; ++i) worst[i] = encode(values[i], lower_is_worse[i]);
   if (setup_.dp_group) setup_.dp_group->all_reduce(global_loss, distributed::ReduceOp::kSum);
@@ -86,6 +89,11 @@ void MetricsProcessor::log(int64_t step, const torch::Tensor& loss, const torch:
   m.monitoring = mine;
   m.worst = Monitoring{w[1], w[2], w[3], w[4], w[5]};
   m.comm_bandwidth_gbps = bandwidth_gbps;
+  if (!std::isnan(setup_.pp_bubble_theory)) {
+    m.pp_bubble = bubble;
+    m.pp_bubble_max = w[7];
+    m.pp_bubble_theory = setup_.pp_bubble_theory;
+  }
   m.time_data_s = window_.data_seconds / steps;
   m.tps = double(window_.tokens) / seconds;
   m.tflops = setup_.flops_per_token * m.tps / 1e12;

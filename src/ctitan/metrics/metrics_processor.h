@@ -33,6 +33,7 @@ struct MetricsSetup {
   double link_bytes_per_s = 0;           // the link's bandwidth for bandwidth use; 0: unknown
   std::string jsonl_path;               // empty: no metrics.jsonl on this rank
   std::string tensorboard_dir;          // empty: no TensorBoard events from this rank
+  double pp_bubble_theory = NAN;        // pipeline parallelism: the schedule's idle share in theory
 };
 
 // The tensors whose storage makes up this rank's model state at a log step.
@@ -53,6 +54,11 @@ class MetricsProcessor {
   void add_comm_seconds(double seconds) { window_.comm_seconds += seconds; }
   // Seconds from the end of backward compute until the gradients were ready (DataParallel).
   void add_grad_sync_seconds(double seconds) { window_.grad_sync_seconds += seconds; }
+  // Pipeline parallelism: seconds of forward/backward compute within `run` seconds of schedule runs.
+  void add_pipeline_seconds(double busy, double run) {
+    window_.pipeline_busy_seconds += busy;
+    window_.pipeline_run_seconds += run;
+  }
 
   // At a log step: `loss` is this rank's share of the global mean (its dp-group sum is the mean),
   // `rank_loss` the mean over this rank's own tokens (maxed over ranks: global_max_loss),
@@ -74,6 +80,7 @@ class MetricsProcessor {
     double data_seconds = 0;
     double comm_seconds = 0;  // exposed: added by the trainer
     double grad_sync_seconds = 0;
+    double pipeline_busy_seconds = 0, pipeline_run_seconds = 0;
     double collective_seconds_at_start = 0;  // the mesh's blocked seconds, for bandwidth
   };
   // Step-weighted sums of the worst rank's shares over the logged windows, for log_summary().

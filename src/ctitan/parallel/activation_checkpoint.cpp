@@ -114,8 +114,8 @@ int apply_activation_checkpointing(models::llama::TransformerImpl& model, const 
   if (ac.mode == config::ActivationCheckpointMode::kSelective) {
     const auto& option = ac.selective_ac_option;
     if (option == "op") {
-      for (const auto& layer : *model.layers) {
-        model.hooks.set_around(*layer, [](const torch::Tensor& x, const models::ModuleHooks::Forward& forward) {
+      for (auto* block : model.blocks()) {
+        model.hooks.set_around(*block, [](const torch::Tensor& x, const models::ModuleHooks::Forward& forward) {
           return op_selective_checkpointed(x, forward);
         });
       }
@@ -135,9 +135,10 @@ int apply_activation_checkpointing(models::llama::TransformerImpl& model, const 
   }
   int wrapped = 0;
   int64_t count = 0;
-  for (const auto& layer : *model.layers) {
+  for (auto* block : model.blocks()) {
+    // torchtitan counts every k-th block of the model part, as here.
     if (++count % every != 0) continue;
-    model.hooks.set_around(*layer, [](const torch::Tensor& x, const models::ModuleHooks::Forward& forward) {
+    model.hooks.set_around(*block, [](const torch::Tensor& x, const models::ModuleHooks::Forward& forward) {
       return checkpointed(x, forward);
     });
     ++wrapped;

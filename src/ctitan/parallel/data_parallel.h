@@ -19,6 +19,10 @@ class DataParallel {
   // false: the next backward only accumulates gradients locally (all microbatches but the last,
   // FSDP2's set_requires_gradient_sync(False)); true: it reduces them, with what accumulated.
   virtual void set_requires_gradient_sync(bool sync) = 0;
+  // false: the next backward keeps the unsharded parameters for a later backward (a pipeline
+  // stage runs several microbatches' backwards per step; FSDP2's set_reshard_after_backward).
+  // Only FSDP holds anything to reshard.
+  virtual void set_reshard_after_backward(bool reshard) {}
   // The tensors the optimizer steps on, by the model's FQNs: the parameters themselves (DDP), or
   // this rank's fp32 shards of them (FSDP).
   virtual std::vector<std::pair<std::string, torch::Tensor>> parameters_to_optimize() const = 0;

@@ -42,6 +42,7 @@ torch::Tensor grad_l2_norm(const std::vector<torch::Tensor>& params, const GradN
     if (groups.shard) groups.shard->all_reduce(replicated_sq, distributed::ReduceOp::kSum);
     sum_sq = sum_sq + replicated_sq.to(sum_sq.device());
   }
+  if (groups.pp) groups.pp->all_reduce(sum_sq, distributed::ReduceOp::kSum);
   return sum_sq.sqrt().to(torch::kFloat);
 }
 

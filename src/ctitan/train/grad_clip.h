@@ -18,6 +18,9 @@ struct GradNormGroups {
   // `tp_replicated` (by index in params: the norm weights), which every tp rank holds whole.
   distributed::Communicator* tp = nullptr;
   std::vector<bool> tp_replicated;
+  // PP: each rank holds only its stages' parameters; the squares add up over this group
+  // (torchtitan's pp-mesh all-reduce of the p-th powers, its issue #596).
+  distributed::Communicator* pp = nullptr;
 };
 
 // Global L2 norm of all gradients, as a 0-d fp32 tensor on the gradients' device: nothing here

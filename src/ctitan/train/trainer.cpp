@@ -23,6 +23,7 @@
 #include "ctitan/parallel/activation_checkpoint.h"
 #include "ctitan/parallel/ddp.h"
 #include "ctitan/parallel/parallelize_llama.h"
+#include "ctitan/parallel/pipeline/pipeline_parallel.h"
 #include "ctitan/train/autocast.h"
 #include "ctitan/train/grad_clip.h"
 #include "ctitan/train/loss.h"
@@ -88,7 +89,11 @@ Trainer::Trainer(config::JobConfig config)
   auto state = state_dicts();
   if (checkpointer_->load(state, shard_layouts())) load_state_dicts(state);
 
-  metrics::MetricsSetup metrics{flops_per_token, peak.flops, dp_group_, dist_ ? dist_->world : nullptr};
+  // Under PP the loss is summed over pp as well: ranks without the last stage add an exact 0, so
+  // rank 0 logs the real loss (torchtitan's first stage logs -1).
+  auto loss_group = dist_ && dist_->dims.pp_enabled() ? dist_->mesh->group("loss") : dp_group_;
+  metrics::MetricsSetup metrics{flops_per_token, peak.flops, loss_group, dist_ ? dist_->world : nullptr};
+  if (pipeline_) metrics.pp_bubble_theory = pipeline_->theoretical_bubble();
   metrics.memory_capacity_bytes = metrics::physical_memory_bytes() / (dist_ ? dist_->env.local_world_size : 1);
   if (dist_) {
     metrics.comm_bytes = [mesh = dist_->mesh.get()] { return mesh->comm_bytes(); };
@@ -156,7 +161,9 @@ void Trainer::refuse_if_the_step_cannot_fit(const models::llama::ModelArgs& args
 
 // Parallelism is applied to the built model from outside, as torchtitan's parallelize step.
 void Trainer::setup_parallelism() {
-  // torchtitan's order: TP -> activation checkpointing -> FSDP; AC also applies to one process.
+  // torchtitan's order: pipeline split, then per stage TP -> activation checkpointing -> FSDP;
+  // AC also applies to one process.
+  if (dist_ && dist_->dims.pp_enabled()) setup_pipeline();
   if (dist_ && dist_->dims.tp_enabled()) {
     parallel::tp::validate_tensor_parallel(model_->args(), config_.training.seq_len, dist_->dims.tp);
     const bool loss_parallel = !config_.parallelism.disable_loss_parallel;
@@ -188,7 +195,7 @@ void Trainer::setup_parallelism() {
         bf16_ ? torch::kBFloat16 : torch::kFloat,
         config_.training.mixed_precision_reduce};
     const auto& p = config_.parallelism;
-    data_parallel_ = parallel::apply_fsdp(*model_, std::move(groups), mp, p.fsdp_reshard_after_forward);
+    data_parallel_ = parallel::apply_fsdp(*model_, std::move(groups), mp, p.fsdp_reshard_after_forward, dims.pp_enabled());
     sync_every_microbatch_ = p.fsdp_gradient_sync == config::GradientSync::kEveryMicrobatch;
     spdlog::info("{} over dp_shard {} x dp_replicate {}: params {}, reduce {}, reshard_after_forward {}, "
                  "gradient sync {}", dims.dp_replicate > 1 ? "HSDP" : "FSDP", dims.dp_shard, dims.dp_replicate,
@@ -203,6 +210,37 @@ void Trainer::setup_parallelism() {
                  config_.parallelism.bucket_cap_mb);
     data_parallel_ = std::move(ddp);
   }
+}
+
+void Trainer::setup_pipeline() {
+  auto stage = parallel::pipeline::split_into_stage(*model_, config_, int(dist_->mesh->local_rank("pp")));
+  if (!stage.plan.warning.empty()) spdlog::warn("{}", stage.plan.warning);
+  spdlog::info("{}", stage.describe());
+  const auto& args = model_->args();
+  // The residual stream's dtype crosses: fp32 (embeddings are not autocast, and bf16 autocast
+  // adds the blocks' outputs onto fp32), or FSDP's param_dtype, in which the embeddings compute.
+  const auto dtype = bf16_ && dist_->dims.fsdp_enabled() ? torch::kBFloat16 : torch::kFloat;
+  parallel::pipeline::BoundarySpec boundary{
+      {config_.parallelism.pipeline_parallel_microbatch_size, config_.training.seq_len, args.dim}, dtype, device_};
+  parallel::pipeline::StageFunctions functions{
+      [this](const torch::Tensor& input) {
+        AutocastGuard autocast(bf16_, device_.type());
+        return model_->forward(input);
+      },
+      [this](const torch::Tensor& logits, const torch::Tensor& labels) {
+        AutocastGuard autocast(bf16_, device_.type());
+        return summed_loss(logits, labels);
+      },
+      // FSDP (applied after this, per stage): one reduce-scatter per step, after the stage's
+      // last backward; the gathered parameters stay for the microbatches' backwards until then.
+      [this](bool last, bool sync) {
+        if (!data_parallel_) return;
+        data_parallel_->set_requires_gradient_sync(sync);
+        data_parallel_->set_reshard_after_backward(last);
+      }};
+  pipeline_ = std::make_unique<parallel::pipeline::PipelineRuntime>(stage.plan.shape, stage.plan.kind, stage.pp_rank,
+                                                                    dist_->mesh->group("pp"), std::move(boundary),
+                                                                    std::move(functions));
 }
 
 double Trainer::link_bytes_per_second() const {
@@ -260,6 +298,7 @@ torch::Tensor Trainer::summed_loss(const torch::Tensor& logits, const torch::Ten
 
 GradNormGroups Trainer::make_grad_norm_groups() const {
   GradNormGroups groups{shard_group_.get(), nullptr, {}};
+  if (pipeline_) groups.pp = dist_->mesh->group("pp").get();
   if (tensor_parallel_) {
     groups.tp = &tensor_parallel_->group();
     for (const auto& [fqn, p] : trained_parameters()) groups.tp_replicated.push_back(tensor_parallel_->replicated(fqn));
@@ -318,6 +357,21 @@ std::pair<torch::Tensor, torch::Tensor> Trainer::forward_backward(const std::vec
   auto denominator = global_tokens.clamp_min(1).to(torch::kFloat);
 
   auto loss_total = torch::zeros({}, torch::TensorOptions(torch::kFloat).device(device_));
+  if (pipeline_) {
+    // Each accumulation batch is one schedule run over its pipeline microbatches; the last
+    // stage divides by the same global token count, so nothing is rescaled afterwards.
+    for (size_t i = 0; i < microbatches.size(); ++i) {
+      const bool reduce = i + 1 == microbatches.size() || sync_every_microbatch_;
+      loss_total += pipeline_->run(microbatches[i].inputs, microbatches[i].labels, denominator, reduce);
+    }
+    const auto times = pipeline_->take_times();
+    metrics_->add_pipeline_seconds(times.busy, times.total);
+    if (data_parallel_) {
+      metrics_->add_comm_seconds(data_parallel_->take_exposed_comm_seconds());
+      metrics_->add_grad_sync_seconds(data_parallel_->take_grad_sync_seconds());
+    }
+    return {loss_total, loss_total * denominator / rank_tokens.clamp_min(1).to(torch::kFloat)};
+  }
   for (size_t i = 0; i < microbatches.size(); ++i) {
     const auto& mb = microbatches[i];
     const bool last = i + 1 == microbatches.size();
@@ -370,7 +424,8 @@ void Trainer::train_steps() {
     ++step_;
     ntokens_seen_ += result.tokens;
     // Throughput per device, as torchtitan: a tp group computes its dp rank's tokens together.
-    metrics_->record_step(result.tokens / (dist_ ? dist_->dims.tp : 1), data_seconds);
+    // And a pipeline's stages compute them together too.
+    metrics_->record_step(result.tokens / (dist_ ? dist_->dims.tp * dist_->dims.pp : 1), data_seconds);
 
     const bool last = step_ == t.steps;
     if (step_ % config_.metrics.log_freq == 0 || last) {

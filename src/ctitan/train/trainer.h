@@ -23,6 +23,7 @@
 #include "ctitan/train/housekeeping.h"
 #include "ctitan/train/lr_scheduler.h"
 #include "ctitan/parallel/data_parallel.h"
+#include "ctitan/parallel/pipeline/runtime.h"
 #include "ctitan/parallel/tp/tensor_parallel.h"
 
 namespace ctitan::train {
@@ -72,6 +73,8 @@ class Trainer {
   void train_steps();  // the step loop of train(), which adds the emergency checkpoint on exceptions
   std::vector<data::Batch> next_global_batch();
   void setup_parallelism();
+  // Keeps this rank's pipeline stage of model_ and builds pipeline_ (pp > 1).
+  void setup_pipeline();
   // A ConfigError with the numbers when `ctitan estimate`'s memory walk says the step cannot fit
   // in this rank's share of the machine's memory (CPU runs without TP or AC), before anything
   // is allocated.
@@ -100,6 +103,8 @@ class Trainer {
   bool bf16_;
   std::shared_ptr<const data::Tokenizer> tokenizer_;
   models::llama::Transformer model_{nullptr};
+  // Pipeline parallelism: this rank's stage of model_ and the schedule's runtime; null without.
+  std::unique_ptr<parallel::pipeline::PipelineRuntime> pipeline_;
   // Tensor parallelism over the mesh's tp group; null without it. After model_: destroyed first.
   std::unique_ptr<parallel::tp::TensorParallel> tensor_parallel_;
   // DDP, FSDP or HSDP; null for one process. After model_: destroyed before it.

@@ -56,7 +56,7 @@ TEST(LlamaModel, ForwardShapeAndGqaProjections) {
   init_weights(*model);
   auto tokens = torch::randint(0, 50, {3, 10}, torch::kLong);
   EXPECT_EQ(model->forward(tokens).sizes(), (std::vector<int64_t>{3, 10, 50}));
-  auto* block = model->layers[0]->as<TransformerBlock>();
+  auto* block = model->blocks()[0];
   EXPECT_EQ(block->attention->wk->weight.sizes(), (std::vector<int64_t>{2 * 8, 32}));  // 2 kv heads × head_dim 8
 }
 
@@ -94,7 +94,7 @@ TEST(LlamaModel, InitFollowsTorchtitan) {
   init_weights(*model);
   auto std_of = [](const torch::Tensor& t) { return t.std().item<double>(); };
   EXPECT_NEAR(std_of(model->tok_embeddings->weight), 1.0, 0.01);
-  auto* block = model->layers[5]->as<TransformerBlock>();
+  auto* block = model->blocks()[5];
   EXPECT_NEAR(std_of(block->attention->wq->weight), 0.02, 0.001);
   EXPECT_NEAR(std_of(block->attention->wo->weight), 0.02 / std::sqrt(12.0), 0.0005);  // depth init, layer 5
   auto out = model->output->weight;

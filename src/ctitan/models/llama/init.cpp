@@ -20,8 +20,8 @@ void init_weights(TransformerImpl& model) {
   torch::NoGradGuard no_grad;
   const auto& args = model.args();
   torch::nn::init::normal_(model.tok_embeddings->weight, 0.0, 1.0);
-  for (const auto& module : *model.layers) {
-    auto& block = *module->as<TransformerBlock>();
+  for (auto* block_ptr : model.blocks()) {
+    auto& block = *block_ptr;
     // Depth init: the projections that write into the residual stream shrink with depth.
     double depth_std = 0.02 / std::sqrt(2.0 * double(block.layer_id + 1));
     trunc_normal_(block.attention->wq->weight, 0.02);

@@ -22,10 +22,10 @@ torch::Tensor CachedDecoder::forward(const torch::Tensor& tokens) {
   RopeTables rope{rope_.cos.slice(0, pos_, pos_ + T), rope_.sin.slice(0, pos_, pos_ + T)};
   auto h = model_.tok_embeddings(tokens);  // (B, T, dim)
   size_t layer = 0;
-  for (const auto& module : *model_.layers) {
+  for (auto* block : model_.blocks()) {
     auto& slot = slots_[layer++];
     slot.start = pos_;
-    h = module->as<TransformerBlock>()->forward(h, rope, &slot);
+    h = block->forward(h, rope, &slot);
   }
   pos_ += T;
   return model_.output(model_.norm(h));  // (B, T, vocab)

@@ -116,10 +116,10 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTa
 
 TransformerImpl::TransformerImpl(const ModelArgs& args) : args_(args) {
   tok_embeddings = register_module("tok_embeddings", torch::nn::Embedding(args.vocab_size, args.dim));
-  layers = register_module("layers", torch::nn::ModuleList());
+  layers = register_module("layers", torch::nn::ModuleDict());
   for (int64_t i = 0; i < args.n_layers; ++i) {
-    layers->push_back(TransformerBlock(i, args));
-    auto block = layers->ptr<TransformerBlockImpl>(size_t(i));
+    auto block = TransformerBlock(i, args);
+    layers->update({{std::to_string(i), block.ptr()}});
     block->hooks = &hooks;
     block->attention->hooks = &hooks;
     block->feed_forward->hooks = &hooks;
@@ -133,19 +133,29 @@ const RopeTables& TransformerImpl::rope_for(torch::Device device) {
   return rope_;
 }
 
+std::vector<TransformerBlockImpl*> TransformerImpl::blocks() const {
+  std::vector<TransformerBlockImpl*> out;
+  out.reserve(layers->size());
+  for (const auto& item : *layers) out.push_back(item.value()->as<TransformerBlock>());
+  return out;
+}
+
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
   TORCH_CHECK(tokens.size(1) <= args_.max_seq_len, "sequence length ", tokens.size(1),
               " exceeds the model's max_seq_len ", args_.max_seq_len);
-  return hooks.call(*this, tokens, [&](const torch::Tensor& ids) {
-    auto h = hooks.call(*tok_embeddings, ids, [&](const torch::Tensor& x) { return tok_embeddings(x); });  // (B, T, dim)
+  return hooks.call(*this, tokens, [&](const torch::Tensor& input) {
+    auto h = input;  // (B, T, dim) when this stage starts after the embeddings
+    if (tok_embeddings) {
+      h = hooks.call(*tok_embeddings, input, [&](const torch::Tensor& x) { return tok_embeddings(x); });  // (B, T, dim)
+    }
     const auto& rope = rope_for(h.device());
-    for (const auto& layer : *layers) {
-      auto* block = layer->as<TransformerBlock>();
+    for (auto* block : blocks()) {
       // By value: a hook may run the block again during backward, after this forward returned.
       h = hooks.call(*block, h, [block, rope](const torch::Tensor& x) { return block->forward(x, rope); });
     }
-    h = hooks.call(*norm, h, [&](const torch::Tensor& x) { return norm(x); });
-    return hooks.call(*output, h, [&](const torch::Tensor& x) { return output(x); });  // (B, T, vocab_size)
+    if (norm) h = hooks.call(*norm, h, [&](const torch::Tensor& x) { return norm(x); });
+    if (output) h = hooks.call(*output, h, [&](const torch::Tensor& x) { return output(x); });  // (B, T, vocab_size)
+    return h;
   });
 }
 

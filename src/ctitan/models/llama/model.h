@@ -81,16 +81,22 @@ TORCH_MODULE(TransformerBlock);
 class TransformerImpl : public torch::nn::Module {
  public:
   explicit TransformerImpl(const ModelArgs& args);
-  // tokens: (B, T) int64 -> logits (B, T, vocab_size).
+  // tokens: (B, T) int64 -> logits (B, T, vocab_size). A pipeline stage holds only some parts
+  // (parallel/pipeline/stage_model.h): without tok_embeddings the input is the previous stage's
+  // hidden state (B, T, dim); without norm and output the result is this stage's (B, T, dim).
   torch::Tensor forward(const torch::Tensor& tokens);
   const ModelArgs& args() const { return args_; }
+  // The blocks this model holds, in layer order.
+  std::vector<TransformerBlockImpl*> blocks() const;
 
   // Run around the forward of the model itself, tok_embeddings, each block (and inside it,
   // attention and feed_forward, and inside those each projection), norm and output.
   ModuleHooks hooks;
 
   torch::nn::Embedding tok_embeddings{nullptr};
-  torch::nn::ModuleList layers{nullptr};
+  // Keyed by layer id, as torchtitan's ModuleDict, so a stage that drops blocks keeps the
+  // unsharded names (`layers.3.attention.wq.weight`) and checkpoints need no renaming.
+  torch::nn::ModuleDict layers{nullptr};
   RMSNorm norm{nullptr};
   torch::nn::Linear output{nullptr};
 

@@ -49,7 +49,9 @@ void FSDPModule::fully_shard(const std::vector<std::pair<std::string, const torc
   const size_t index = param_groups_.size();
   param_groups_.push_back(std::make_unique<FSDPParamGroup>(modules.front().first, std::move(params), groups_, mp_,
                                                        reshard_after_forward));
-  needs_post_backward_.push_back(false);
+  pending_post_backwards_.push_back(0);
+  began_backward_.push_back(false);
+  ended_backward_.push_back(false);
   hooks_.add_pre_forward(*modules.front().second, [this, index](const torch::Tensor& x) { return pre_forward(index, x); });
   hooks_.add_post_forward(*modules.back().second, [this, index](const torch::Tensor& y) { return post_forward(index, y); });
 }
@@ -72,7 +74,7 @@ void FSDPModule::unshard_with_prefetch(size_t i, int64_t prefetch) {
 torch::Tensor FSDPModule::pre_forward(size_t i, const torch::Tensor& input) {
   unshard_with_prefetch(i, int64_t(i) + 1);
   if (!torch::GradMode::is_enabled()) return input;
-  needs_post_backward_[i] = true;
+  ++pending_post_backwards_[i];
   if (!input.requires_grad()) return input;  // token ids: the end-of-backward callback covers it
   return BackwardHook::apply(input, reinterpret_cast<int64_t>(this), int64_t(Phase::kPostBackward), int64_t(i));
 }
@@ -92,26 +94,38 @@ void FSDPModule::on_backward(Phase phase, size_t i) {
   else post_backward(i);
 }
 
-void FSDPModule::pre_backward(size_t i) { unshard_with_prefetch(i, int64_t(i) - 1); }
+void FSDPModule::pre_backward(size_t i) {
+  began_backward_[i] = true;
+  unshard_with_prefetch(i, int64_t(i) - 1);
+}
 
 void FSDPModule::post_backward(size_t i) {
-  if (!needs_post_backward_[i]) return;
-  needs_post_backward_[i] = false;
+  if (pending_post_backwards_[i] == 0) return;
+  --pending_post_backwards_[i];
+  ended_backward_[i] = true;
   // At most one reduction in flight: the previous group's completes while this group's
   // gradients are copied into its reduce buffer, bounding the memory held by communication.
   for (auto& g : param_groups_) {
     if (g->reduce_pending()) exposed_seconds_ += g->finish_reduce();
   }
   param_groups_[i]->post_backward(sync_);
-  param_groups_[i]->reshard();
+  if (reshard_after_backward_) param_groups_[i]->reshard();
 }
 
 void FSDPModule::finish_backward() {
   const auto start = std::chrono::steady_clock::now();
-  for (size_t i = param_groups_.size(); i-- > 0;) post_backward(i);
+  for (size_t i = param_groups_.size(); i-- > 0;) {
+    if (began_backward_[i] && !ended_backward_[i]) post_backward(i);
+  }
+  // One forward per backward (no pipeline): nothing may stay owed after the step's backward.
+  for (size_t i = param_groups_.size(); i-- > 0;) {
+    if (reshard_after_backward_ && pending_post_backwards_[i] > 0 && !began_backward_[i]) post_backward(i);
+  }
+  std::fill(began_backward_.begin(), began_backward_.end(), false);
+  std::fill(ended_backward_.begin(), ended_backward_.end(), false);
   for (auto& g : param_groups_) {
     exposed_seconds_ += g->finish_reduce();
-    g->reshard();
+    if (reshard_after_backward_) g->reshard();
   }
   grad_sync_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   callback_queued_ = false;

@@ -53,6 +53,8 @@ class FSDPModule final : public DataParallel {
   // false: gradients accumulate unsharded (in reduce_dtype) across microbatches; true: the next
   // backward reduce-scatters them (with what has accumulated) into the sharded gradients.
   void set_requires_gradient_sync(bool sync) override { sync_ = sync; }
+  // false: backward leaves the parameters unsharded for the next microbatch's backward.
+  void set_reshard_after_backward(bool reshard) override { reshard_after_backward_ = reshard; }
 
   // The fp32 shards by FQN, in registration order: what the optimizer steps on.
   std::vector<std::pair<std::string, torch::Tensor>> sharded_parameters() const;
@@ -82,8 +84,15 @@ class FSDPModule final : public DataParallel {
   MeshGroups groups_;
   MixedPrecisionPolicy mp_;
   std::vector<std::unique_ptr<FSDPParamGroup>> param_groups_;
-  std::vector<bool> needs_post_backward_;  // ran a forward with grad since its last post-backward
+  // Forwards with grad whose post-backward has not run yet: a pipeline stage runs several
+  // microbatches' forwards before the first backward, and each backward owes each group one.
+  std::vector<int> pending_post_backwards_;
+  // Per backward pass: groups whose pre-backward / post-backward ran. The end-of-backward
+  // callback runs the post-backward of groups whose input needs no grad (the embeddings): those
+  // that began their backward in this pass but did not end it.
+  std::vector<bool> began_backward_, ended_backward_;
   bool sync_ = true;
+  bool reshard_after_backward_ = true;
   bool callback_queued_ = false;
   double exposed_seconds_ = 0;
   double grad_sync_seconds_ = 0;

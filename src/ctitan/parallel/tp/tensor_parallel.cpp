@@ -61,9 +61,8 @@ TensorParallel::TensorParallel(models::llama::TransformerImpl& model, std::share
   });
   hooks.add_post_forward(*model.tok_embeddings, [g](const torch::Tensor& h) { return reduce_scatter_sequence(h, *g); });
 
-  for (size_t i = 0; i < model.layers->size(); ++i) {
-    auto* block = model.layers->ptr<models::llama::TransformerBlockImpl>(i).get();
-    const std::string prefix = fmt::format("layers.{}.", i);
+  for (auto* block : model.blocks()) {
+    const std::string prefix = fmt::format("layers.{}.", block->layer_id);
     auto& attention = *block->attention;
     column_wise(prefix + "attention.wq.weight", attention.wq);
     column_wise(prefix + "attention.wk.weight", attention.wk);

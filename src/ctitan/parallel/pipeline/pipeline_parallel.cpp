@@ -1,0 +1,59 @@
+#include "ctitan/parallel/pipeline/pipeline_parallel.h"
+
+#include <fmt/format.h>
+
+#include "ctitan/common/error.h"
+#include "ctitan/parallel/pipeline/stage_model.h"
+
+namespace ctitan::parallel::pipeline {
+
+PipelinePlanInput plan_input(const config::JobConfig& config, int64_t n_layers) {
+  const auto& p = config.parallelism;
+  return {int(n_layers),
+          int(p.pipeline_parallel_degree),
+          p.pipeline_parallel_schedule,
+          int(config.training.local_batch_size),
+          int(p.pipeline_parallel_microbatch_size),
+          int(p.pipeline_parallel_layers_per_stage),
+          int(p.pipeline_parallel_first_stage_less_layers),
+          int(p.pipeline_parallel_last_stage_less_layers)};
+}
+
+void refuse_unsupported(const config::JobConfig& config, const PipelinePlan& plan) {
+  const auto& p = config.parallelism;
+  const int64_t pp = p.pipeline_parallel_degree;
+  auto refuse = [&](const std::string& what) {
+    throw ConfigError(fmt::format("parallelism.pipeline_parallel_degree {} with {} is not supported yet (issue #15)",
+                                  pp, what));
+  };
+  if (p.data_parallel_replicate_degree > 1) {
+    refuse(fmt::format("data_parallel_replicate_degree {} (DDP)", p.data_parallel_replicate_degree));
+  }
+  if (p.tensor_parallel_degree > 1) refuse(fmt::format("tensor_parallel_degree {} (TP)", p.tensor_parallel_degree));
+  if (plan.shape.stages_per_rank > 1) {
+    refuse(fmt::format("{} stages per rank (pipeline_parallel_schedule {})", plan.shape.stages_per_rank,
+                       schedule_name(plan.kind)));
+  }
+  if (config.validation.enable) {
+    throw ConfigError(fmt::format("validation.enable is not supported with pipeline_parallel_degree {} yet (issue #15)", pp));
+  }
+}
+
+std::string PipelineStage::describe() const {
+  return fmt::format("pipeline: pp {}, {}, {} microbatches of {} rows, rank {}'s stage {} of {}: {}", plan.shape.pp,
+                     schedule_name(plan.kind), plan.shape.microbatches, microbatch_size, pp_rank, stage, plan.shape.stages(),
+                     describe_stage(plan.module_fqns_per_stage.at(size_t(stage))));
+}
+
+PipelineStage split_into_stage(models::llama::TransformerImpl& model, const config::JobConfig& config, int pp_rank) {
+  PipelineStage out;
+  out.plan = plan_pipeline(plan_input(config, model.args().n_layers));
+  refuse_unsupported(config, out.plan);
+  out.pp_rank = pp_rank;
+  out.microbatch_size = config.parallelism.pipeline_parallel_microbatch_size;
+  out.stage = out.plan.stages_of_rank(pp_rank).at(0);
+  keep_stage_modules(model, out.plan.module_fqns_per_stage.at(size_t(out.stage)));
+  return out;
+}
+
+}  // namespace ctitan::parallel::pipeline

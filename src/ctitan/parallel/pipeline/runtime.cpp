@@ -1,0 +1,150 @@
+#include "ctitan/parallel/pipeline/runtime.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <stdexcept>
+
+namespace ctitan::parallel::pipeline {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+std::string text_of(const Action& a) { return to_string(std::vector<Action>{a}); }
+
+}  // namespace
+
+PipelineRuntime::PipelineRuntime(PipeShape shape, ScheduleKind kind, int pp_rank,
+                                 std::shared_ptr<distributed::Communicator> pp_group, BoundarySpec boundary,
+                                 StageFunctions stage)
+    : shape_(shape), pp_rank_(pp_rank), group_(std::move(pp_group)), boundary_(std::move(boundary)),
+      stage_(std::move(stage)) {
+  // Every rank lowers every rank's plan the same way, so each knows what its peers post.
+  actions_ = lower(compute_orders(kind, shape_), shape_).at(size_t(pp_rank_));
+  for (size_t i = 0; i < actions_.size(); ++i) {
+    if (actions_[i].op == Op::B) last_backward_ = i;
+  }
+}
+
+torch::Tensor PipelineRuntime::run(const torch::Tensor& inputs, const torch::Tensor& labels,
+                                   const torch::Tensor& denominator, bool reduce_grads) {
+  const auto start = Clock::now();
+  reduce_grads_ = reduce_grads;
+  if (inputs.size(0) % shape_.microbatches != 0) {
+    throw std::logic_error(fmt::format("pipeline: a local batch of {} rows does not split into {} microbatches",
+                                       inputs.size(0), shape_.microbatches));
+  }
+  microbatch_rows_ = inputs.size(0) / shape_.microbatches;
+  auto loss_sum = torch::zeros({}, torch::TensorOptions(torch::kFloat).device(boundary_.device));
+  for (size_t i = 0; i < actions_.size(); ++i) {
+    const auto& a = actions_[i];
+    switch (a.op) {
+      case Op::RecvF:
+      case Op::RecvB: post_receive(a); break;
+      case Op::F: forward(a, inputs, labels, denominator, loss_sum); break;
+      case Op::B: backward(a, i == last_backward_); break;
+      case Op::SendF:
+      case Op::SendB: send(a); break;
+      case Op::WaitF:
+      case Op::WaitB: wait_send(a); break;
+    }
+  }
+  if (!activations_in_.empty() || !gradients_in_.empty() || !saved_.empty() || !input_grads_.empty() ||
+      !sends_.empty()) {
+    throw std::logic_error(fmt::format("pipeline rank {}: the schedule ended with work left over ({} receives, "
+                                       "{} saved forwards, {} unsent gradients, {} unwaited sends)", pp_rank_,
+                                       activations_in_.size() + gradients_in_.size(), saved_.size(),
+                                       input_grads_.size(), sends_.size()));
+  }
+  times_.total += seconds_since(start);
+  return loss_sum;
+}
+
+void PipelineRuntime::forward(const Action& a, const torch::Tensor& inputs, const torch::Tensor& labels,
+                              const torch::Tensor& denominator, torch::Tensor& loss_sum) {
+  const Key key{a.stage, a.microbatch};
+  const int64_t row = a.microbatch * microbatch_rows_;
+  // The received activation is a leaf of this stage's graph; its gradient is what goes back.
+  auto input = a.stage == 0 ? inputs.narrow(0, row, microbatch_rows_)                   // (b, T) token ids
+                            : take_received(activations_in_, a).requires_grad_(true);  // (b, T, dim)
+  const auto start = Clock::now();
+  auto output = stage_.forward(input);
+  if (a.stage == shape_.stages() - 1) {
+    // Exactly the tensor one process backpropagates for these rows.
+    auto loss = stage_.summed_loss(output, labels.narrow(0, row, microbatch_rows_)) / denominator;
+    loss_sum += loss.detach();
+    output = loss;
+  } else if (output.sizes().vec() != boundary_.shape || output.scalar_type() != boundary_.dtype) {
+    throw std::logic_error(fmt::format("pipeline stage {} produced {} of {}, but the boundary spec is {} of {}",
+                                       a.stage, output.sizes().vec(), c10::toString(output.scalar_type()),
+                                       boundary_.shape, c10::toString(boundary_.dtype)));
+  }
+  saved_[key] = {input, output};
+  times_.busy += seconds_since(start);
+}
+
+void PipelineRuntime::backward(const Action& a, bool last_of_run) {
+  const Key key{a.stage, a.microbatch};
+  auto it = saved_.find(key);
+  if (it == saved_.end()) throw std::logic_error("pipeline: backward without its forward: " + text_of(a));
+  auto [input, output] = std::move(it->second);
+  saved_.erase(it);
+  const bool last = a.stage == shape_.stages() - 1;
+  auto grad = last ? torch::Tensor() : take_received(gradients_in_, a);  // (b, T, dim) from stage s + 1
+  const auto start = Clock::now();
+  if (stage_.before_backward) stage_.before_backward(last_of_run, last_of_run && reduce_grads_);
+  if (last) {
+    torch::autograd::backward({output});  // the loss
+  } else {
+    torch::autograd::backward({output}, {grad});
+  }
+  if (a.stage > 0) input_grads_[key] = input.grad();
+  times_.busy += seconds_since(start);
+}
+
+void PipelineRuntime::post_receive(const Action& a) {
+  auto buffer = torch::empty(boundary_.shape, torch::TensorOptions(boundary_.dtype).device(boundary_.device));
+  auto work = group_->irecv(buffer, peer_rank(a), tag_of(a, shape_));
+  auto& pending = a.op == Op::RecvF ? activations_in_ : gradients_in_;
+  pending[{a.stage, a.microbatch}] = {std::move(buffer), std::move(work)};
+}
+
+torch::Tensor PipelineRuntime::take_received(std::map<Key, Pending>& pending, const Action& a) {
+  auto it = pending.find({a.stage, a.microbatch});
+  if (it == pending.end()) throw std::logic_error("pipeline: no receive was posted for " + text_of(a));
+  auto received = std::move(it->second);
+  pending.erase(it);
+  received.work->wait();
+  return received.buffer;
+}
+
+void PipelineRuntime::send(const Action& a) {
+  const Key key{a.stage, a.microbatch};
+  torch::Tensor payload;
+  if (a.op == Op::SendF) {
+    auto it = saved_.find(key);
+    if (it == saved_.end()) throw std::logic_error("pipeline: nothing to send for " + text_of(a));
+    payload = it->second.second.detach().contiguous();
+  } else {
+    auto it = input_grads_.find(key);
+    if (it == input_grads_.end()) throw std::logic_error("pipeline: no input gradient to send for " + text_of(a));
+    payload = it->second.contiguous();
+    input_grads_.erase(it);
+  }
+  sends_[{a.op == Op::SendF, a.stage, a.microbatch}] = group_->isend(payload, peer_rank(a), tag_of(a, shape_));
+}
+
+void PipelineRuntime::wait_send(const Action& a) {
+  auto it = sends_.find({a.op == Op::WaitF, a.stage, a.microbatch});
+  if (it == sends_.end()) throw std::logic_error("pipeline: no send to wait for " + text_of(a));
+  auto work = std::move(it->second);
+  sends_.erase(it);
+  work->wait();  // drops the sent buffer
+}
+
+PipelineTimes PipelineRuntime::take_times() { return std::exchange(times_, {}); }
+
+}  // namespace ctitan::parallel::pipeline

@@ -1,0 +1,42 @@
+#include "ctitan/parallel/pipeline/stage_model.h"
+
+#include <fmt/format.h>
+
+#include <set>
+#include <stdexcept>
+
+namespace ctitan::parallel::pipeline {
+
+void keep_stage_modules(models::llama::TransformerImpl& model, const std::vector<std::string>& fqns) {
+  std::set<std::string> present;
+  if (model.tok_embeddings) present.insert("tok_embeddings");
+  for (const auto& item : *model.layers) present.insert("layers." + item.key());
+  if (model.norm) present.insert("norm");
+  if (model.output) present.insert("output");
+  for (const auto& fqn : fqns) {  // checked before anything is dropped
+    if (!present.count(fqn)) throw std::logic_error(fmt::format("pipeline stage: the model has no module '{}'", fqn));
+  }
+  const std::set<std::string> wanted(fqns.begin(), fqns.end());
+
+  // A new dict of the kept blocks: ModuleDict::pop would leave the dropped blocks registered,
+  // and with them their parameters.
+  auto kept = torch::nn::ModuleDict();
+  for (const auto& item : *model.layers) {
+    if (wanted.count("layers." + item.key())) kept->update({{item.key(), item.value()}});
+  }
+  model.layers = model.replace_module("layers", kept);
+  if (model.tok_embeddings && !wanted.count("tok_embeddings")) {
+    model.unregister_module("tok_embeddings");
+    model.tok_embeddings = nullptr;
+  }
+  if (model.norm && !wanted.count("norm")) {
+    model.unregister_module("norm");
+    model.norm = nullptr;
+  }
+  if (model.output && !wanted.count("output")) {
+    model.unregister_module("output");
+    model.output = nullptr;
+  }
+}
+
+}  // namespace ctitan::parallel::pipeline

@@ -1,0 +1,89 @@
+// Pipeline parallelism through the launcher on loopback, against one process with the same
+// global batch (tests/support/parity.h argues the fp32 bounds): PP(2) with GPipe and 1F1B, with
+// gradient accumulation, with activation checkpointing, PP(2) x FSDP(2), and the configurations
+// PP refuses.
+// The tiny job has 2 layers, so PP(2) runs [tok_embeddings, layers.0] and [layers.1, norm, output].
+//
+// What the bounds catch here: torchtitan's PP bugs scaled the loss by the microbatch count
+// (#1733) or the gradients by the token count (#2972); either moves the grad norm by a factor,
+// not by 1e-3. Rank 0 holds no last stage, and its metrics.jsonl is what expect_parity reads, so
+// the logged loss being the real one (not torchtitan's -1 placeholder) is checked as well.
+#include <gtest/gtest.h>
+
+#include "support/parity.h"
+#include "support/test_support.h"
+#include "support/tiny_job.h"
+
+namespace ctitan {
+namespace {
+
+using testing::concat;
+using testing::expect_parity;
+
+std::vector<std::string> pp2(const std::string& schedule) {
+  return {"--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_schedule", schedule};
+}
+
+const std::vector<std::string> kBatch4 = {"--training.local_batch_size", "4"};
+
+TEST(CliPipelineParallel, GPipeMatchesOneProcess) { expect_parity("PP(2) GPipe", 2, concat(pp2("GPipe"), kBatch4)); }
+
+TEST(CliPipelineParallel, OneFOneBMatchesOneProcess) { expect_parity("PP(2) 1F1B", 2, concat(pp2("1F1B"), kBatch4)); }
+
+// Two schedule runs per step (global batch 8 over local batches of 4) against one batch of 8:
+// the accumulated gradient is neither averaged per run nor per microbatch.
+TEST(CliPipelineParallel, GradientAccumulationMatchesOneBigBatch) {
+  expect_parity("PP(2) 1F1B, 2 accumulation steps", 2,
+                concat(pp2("1F1B"), {"--training.local_batch_size", "4", "--training.global_batch_size", "8"}),
+                {"--training.local_batch_size", "8"});
+}
+
+// Microbatches of 2 rows, and full activation checkpointing of each stage's block.
+TEST(CliPipelineParallel, TwoRowMicrobatchesWithFullAcMatchOneProcess) {
+  expect_parity("PP(2) 1F1B, microbatch 2, AC full", 2,
+                concat(pp2("1F1B"), {"--training.local_batch_size", "4", "--parallelism.pipeline_parallel_microbatch_size",
+                                     "2", "--activation_checkpoint.mode", "full"}));
+}
+
+// 2-D mesh [pp, dp_shard]: each stage's parameters sharded over its dp_shard pair, several
+// microbatches' forwards before the first backward (FSDP owes each one its post-backward), one
+// reduce-scatter per stage per step after the last microbatch, the data split over dp only.
+TEST(CliPipelineParallel, PpTwoByFsdpTwoMatchesOneProcess) {
+  expect_parity("PP(2)xFSDP(2) 1F1B", 4, concat(concat(pp2("1F1B"), testing::degrees(1, 2)), {"--training.local_batch_size", "2"}));
+}
+
+TEST(CliPipelineParallel, PpTwoByFsdpTwoGPipeWithAccumulationMatchesOneBigBatch) {
+  expect_parity("PP(2)xFSDP(2) GPipe, 2 accumulation steps", 4,
+                concat(concat(pp2("GPipe"), testing::degrees(1, 2)),
+                       {"--training.local_batch_size", "2", "--training.global_batch_size", "8"}),
+                {"--training.local_batch_size", "8"});
+}
+
+// `ctitan run` exits 1 when its ranks failed (torchrun's convention), after each rank printed
+// the one line.
+void expect_refusal(const std::vector<std::string>& args, const std::string& message) {
+  testing::TempDir dir;
+  auto r = testing::run_ctitan(
+      concat(concat({"run", "--nproc-per-node", "2", "--master-port", "0", "train"}, testing::tiny_job_args(dir.path())),
+             args));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+}
+
+TEST(CliPipelineParallel, RefusalsAreOneLineBeforeTraining) {
+  // 1F1B deadlocks with fewer microbatches than stages (torchtitan #775): refused, GPipe offered.
+  expect_refusal(concat(pp2("1F1B"), {"--training.local_batch_size", "1"}),
+                 "parallelism.pipeline_parallel_schedule 1F1B needs at least as many microbatches as stages: "
+                 "training.local_batch_size 1 / pipeline_parallel_microbatch_size 1 = 1 microbatches for 2 stages");
+  expect_refusal(concat(pp2("GPipe"), {"--parallelism.pipeline_parallel_microbatch_size", "3"}),
+                 "parallelism.pipeline_parallel_microbatch_size 3 does not divide training.local_batch_size 4");
+  expect_refusal(pp2("ZBVZeroBubble"), "parallelism.pipeline_parallel_schedule must be one of GPipe, 1F1B, "
+                                       "Interleaved1F1B (got 'ZBVZeroBubble'");
+  expect_refusal(concat(pp2("1F1B"), {"--parallelism.tensor_parallel_degree", "2"}),
+                 "does not equal the world size 2");
+  expect_refusal(concat(pp2("1F1B"), {"--validation.enable", "true"}),
+                 "validation.enable is not supported with pipeline_parallel_degree 2 yet (issue #15)");
+}
+
+}  // namespace
+}  // namespace ctitan
