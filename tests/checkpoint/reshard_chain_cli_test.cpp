@@ -47,6 +47,10 @@ const Layout kFsdp2Tp2{"FSDP(2)xTP(2)", 4, degrees(1, 2, 6, 2)};
 const Layout kPp2{"PP(2)", 2,
                   {"--parallelism.pipeline_parallel_degree", "2", "--training.local_batch_size", "12",
                    "--parallelism.pipeline_parallel_microbatch_size", "3"}};
+// [pp, dp_shard]: each stage's FQNs, sharded over its FSDP pair; dp ranks of 6 in microbatches of 3.
+const Layout kPp2Fsdp2{"PP(2)xFSDP(2)", 4,
+                       concat(degrees(1, 2, 6), {"--parallelism.pipeline_parallel_degree", "2",
+                                                 "--parallelism.pipeline_parallel_microbatch_size", "3"})};
 
 struct RunLosses {
   std::map<int64_t, double> losses;  // step -> loss, every row of metrics.jsonl (earlier runs' too)
@@ -109,8 +113,10 @@ TEST(CliCheckpointReshard, TpLayoutChainMatchesOneRun) {
 }
 
 // Pipeline checkpoints: each stage's parameters and optimizer state under their unsharded FQNs;
-// the union is the model. PP(2) -> 1 process -> PP(2).
-TEST(CliCheckpointReshard, PpLayoutChainMatchesOneRun) { expect_chain_matches_one_run({kPp2, kOne, kPp2}); }
+// the union is the model. PP(2) -> 1 process -> PP(2) -> FSDP(2) -> PP(2)xFSDP(2) -> PP(2).
+TEST(CliCheckpointReshard, PpLayoutChainMatchesOneRun) {
+  expect_chain_matches_one_run({kPp2, kOne, kPp2, kFsdp2, kPp2Fsdp2, kPp2});
+}
 
 }  // namespace
 }  // namespace ctitan

@@ -104,9 +104,11 @@ JobShape job_shape_from_config(const config::JobConfig& config, const models::ll
   job.seq_len = t.seq_len;
   job.degrees.dp_replicate = p.data_parallel_replicate_degree;
   job.degrees.tp = p.tensor_parallel_degree;
+  job.degrees.pp = p.pipeline_parallel_degree;
   job.degrees.dp_shard = p.data_parallel_shard_degree;
   if (job.degrees.dp_shard == -1) {
-    job.degrees.dp_shard = std::max<int64_t>(1, world_size / (job.degrees.dp_replicate * job.degrees.tp));
+    job.degrees.dp_shard =
+        std::max<int64_t>(1, world_size / (job.degrees.pp * job.degrees.dp_replicate * job.degrees.tp));
   }
   const int64_t dp = job.degrees.dp_replicate * job.degrees.dp_shard;
   const int64_t global = t.global_batch_size > 0 ? t.global_batch_size : t.local_batch_size * dp;

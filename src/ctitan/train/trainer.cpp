@@ -139,8 +139,9 @@ Trainer::Trainer(config::JobConfig config)
 
 void Trainer::refuse_if_the_step_cannot_fit(const models::llama::ModelArgs& args) const {
   // The CPU walk of `ctitan estimate` follows ctitan's own step (within 2% of the measured peak)
-  // without TP or activation checkpointing; other runs are not checked (it would overestimate).
+  // without TP, PP or activation checkpointing; other runs are not checked (it would overestimate).
   if (!device_.is_cpu() || config_.parallelism.tensor_parallel_degree != 1 ||
+      config_.parallelism.pipeline_parallel_degree != 1 ||
       config_.activation_checkpoint.mode != config::ActivationCheckpointMode::kNone) {
     return;
   }
