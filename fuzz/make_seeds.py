@@ -105,3 +105,45 @@ put("safetensors", "two_tensors.safetensors",
                  "b.bias": ("BF16", [3], b"\x80\x3f\x00\x40\x40\x40")}, {"format": "pt"}))
 put("safetensors", "scalar_and_empty.safetensors",
     safetensors({"s": ("I64", [], struct.pack("<q", 7)), "e": ("F16", [0, 3], b"")}))
+
+
+# RPC wire (docs/design/rpc.md section 4): the first byte is the number of tensors (0-4) in the
+# table, then a request or a response: one seed per value tag, a nested call, each error response.
+def rpc_value(tag, body=b""):
+    return bytes([tag]) + body
+
+
+def rpc_str(s):
+    return struct.pack("<I", len(s)) + s
+
+
+RPC_VALUES = {
+    "none": rpc_value(0), "false": rpc_value(1), "true": rpc_value(2),
+    "int": rpc_value(3, struct.pack("<q", -7)), "double": rpc_value(4, struct.pack("<d", 0.5)),
+    "str": rpc_value(5, rpc_str(b"hello")), "tensor": rpc_value(6, struct.pack("<I", 1)),
+    "list_int": rpc_value(7, bytes([1]) + struct.pack("<I", 2) + rpc_value(3, struct.pack("<q", 1)) * 2),
+    "list_any": rpc_value(7, bytes([0]) + struct.pack("<I", 2) + rpc_value(0) + rpc_value(5, rpc_str(b"x"))),
+    "tuple": rpc_value(8, struct.pack("<I", 2) + rpc_value(2) + rpc_value(6, struct.pack("<I", 0))),
+    "dict_str": rpc_value(9, bytes([5]) + struct.pack("<I", 1) + rpc_value(5, rpc_str(b"w")) +
+                          rpc_value(6, struct.pack("<I", 2))),
+    "dict_tensor": rpc_value(9, bytes([4]) + struct.pack("<I", 1) + rpc_value(6, struct.pack("<I", 0)) +
+                             rpc_value(6, struct.pack("<I", 3))),
+    "rref": rpc_value(10, struct.pack("<hhqhqh", 1, 1, 5, 0, 9, 0)),
+}
+
+
+def rpc_request(name, args):
+    return b"CTR1" + bytes([1]) + struct.pack("<H", len(name)) + name + rpc_value(8, struct.pack("<I", len(args)) + b"".join(args))
+
+
+for label, value in RPC_VALUES.items():
+    put("rpc_wire", f"request_{label}.bin", bytes([4]) + rpc_request(b"echo", [value]))
+    put("rpc_wire", f"response_{label}.bin", bytes([4]) + b"CTR1" + bytes([0]) + value)
+nested = RPC_VALUES["int"]
+for _ in range(5):
+    nested = rpc_value(7, bytes([0]) + struct.pack("<I", 2) + nested + RPC_VALUES["tuple"])
+put("rpc_wire", "request_nested.bin", bytes([4]) + rpc_request(b"ps.push", [RPC_VALUES["int"], nested, RPC_VALUES["dict_str"]]))
+for status, message in ((1, b"boom from worker1"), (2, b"nope"), (3, b"argument 1 expected Tensor, got int"),
+                        (4, b"rpc: value of type Device cannot be sent")):
+    put("rpc_wire", f"response_status_{status}.bin",
+        bytes([0]) + b"CTR1" + bytes([status]) + struct.pack("<H", 7) + b"worker1" + rpc_str(message))
