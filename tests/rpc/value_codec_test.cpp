@@ -296,6 +296,14 @@ TEST(RpcRegistry, HandlersConvertArgumentsAndReportMismatches) {
   EXPECT_NE(std::find(names.begin(), names.end(), "registry_test.scale"), names.end());
 }
 
+CTITAN_RPC_FUNCTION("registry_test.static", [](int64_t a, int64_t b) { return a * 10 + b; });
+
+TEST(RpcRegistry, StaticRegistrationRunsAtProgramStart) {
+  const Handler* f = find_function("registry_test.static");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ((*f)({IValue(int64_t(4)), IValue(int64_t(2))}).toInt(), 42);
+}
+
 TEST(RpcRegistry, AFunctionReturningAFutureIsAsynchronous) {
   Future pending;
   register_function("registry_test.later", [pending] { return pending; });

@@ -78,11 +78,13 @@ void register_function(const std::string& name, F f) {
 
 }  // namespace ctitan::rpc
 
-// Registers at program start: CTITAN_RPC_FUNCTION("add", add);
+// Registers at program start, at namespace scope: CTITAN_RPC_FUNCTION("add", add); the function
+// may be a lambda (commas in it are fine). In a static library, the object file must be linked in
+// for the registration to run.
 #define CTITAN_RPC_CONCAT_(a, b) a##b
 #define CTITAN_RPC_CONCAT(a, b) CTITAN_RPC_CONCAT_(a, b)
-#define CTITAN_RPC_FUNCTION(name, fn)                                                  \
+#define CTITAN_RPC_FUNCTION(name, ...)                                                 \
   static const bool CTITAN_RPC_CONCAT(ctitan_rpc_registered_, __COUNTER__) = [] {      \
-    ::ctitan::rpc::register_function(name, fn);                                        \
+    ::ctitan::rpc::register_function(name, __VA_ARGS__);                               \
     return true;                                                                       \
   }()
