@@ -1,7 +1,7 @@
 // Pipeline parallelism through the launcher on loopback, against one process with the same
 // global batch (tests/support/parity.h argues the fp32 bounds): PP(2) with GPipe and 1F1B, with
-// gradient accumulation, with activation checkpointing, PP(2) x FSDP(2), and the configurations
-// PP refuses.
+// gradient accumulation, with activation checkpointing, Interleaved1F1B, PP(2) x FSDP(2),
+// PP(2) x TP(2), and the configurations PP refuses.
 // The tiny job has 2 layers, so PP(2) runs [tok_embeddings, layers.0] and [layers.1, norm, output].
 //
 // What the bounds catch here: torchtitan's PP bugs scaled the loss by the microbatch count
@@ -27,6 +27,11 @@ std::vector<std::string> pp2(const std::string& schedule) {
 const std::vector<std::string> kBatch4 = {"--training.local_batch_size", "4"};
 
 TEST(CliPipelineParallel, GPipeMatchesOneProcess) { expect_parity("PP(2) GPipe", 2, concat(pp2("GPipe"), kBatch4)); }
+
+// Four stages of one slot each, two per rank: [tok_embeddings] [layers.0] [layers.1] [norm, output].
+TEST(CliPipelineParallel, Interleaved1F1BMatchesOneProcess) {
+  expect_parity("PP(2) Interleaved1F1B", 2, concat(pp2("Interleaved1F1B"), kBatch4));
+}
 
 TEST(CliPipelineParallel, OneFOneBMatchesOneProcess) { expect_parity("PP(2) 1F1B", 2, concat(pp2("1F1B"), kBatch4)); }
 
@@ -57,6 +62,14 @@ TEST(CliPipelineParallel, PpTwoByFsdpTwoGPipeWithAccumulationMatchesOneBigBatch)
                 concat(concat(pp2("GPipe"), testing::degrees(1, 2)),
                        {"--training.local_batch_size", "2", "--training.global_batch_size", "8"}),
                 {"--training.local_batch_size", "8"});
+}
+
+// [pp, dp_shard (trivial), tp]: each stage tensor-parallel inside its tp pair, the boundary the
+// sequence-parallel shard (each tp rank sends its T/2 rows to its peer of the next stage), loss
+// parallel on the last stage, the norms' gradients summed over tp, the grad norm over tp and pp.
+TEST(CliPipelineParallel, PpTwoByTpTwoMatchesOneProcess) {
+  expect_parity("PP(2)xTP(2) 1F1B", 4,
+                concat(concat(pp2("1F1B"), testing::degrees(1, 1, 2)), kBatch4));
 }
 
 // `ctitan run` exits 1 when its ranks failed (torchrun's convention), after each rank printed

@@ -139,7 +139,7 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"parallelism", "disable_loss_parallel", &c.parallelism.disable_loss_parallel, "TP: all-gather the vocab-sharded logits and take the ordinary loss, instead of a cross-entropy over the shards"},
       {"parallelism", "enable_async_tensor_parallel", &c.parallelism.enable_async_tensor_parallel, "TP: micro-pipeline each sequence all-gather and reduce-scatter with the matmul beside it, so communication overlaps compute (eager here; torchtitan's needs torch.compile)"},
       {"parallelism", "pipeline_parallel_degree", &c.parallelism.pipeline_parallel_degree, "PP dimension, outermost on the mesh: the layers split into stages, one per rank"},
-      {"parallelism", "pipeline_parallel_schedule", &c.parallelism.pipeline_parallel_schedule, "GPipe or 1F1B (Interleaved1F1B is not built yet)"},
+      {"parallelism", "pipeline_parallel_schedule", &c.parallelism.pipeline_parallel_schedule, "GPipe, 1F1B or Interleaved1F1B (two or more stages per rank, loop style)"},
       {"parallelism", "pipeline_parallel_microbatch_size", &c.parallelism.pipeline_parallel_microbatch_size, "PP: rows per microbatch; microbatches = training.local_batch_size / this"},
       {"parallelism", "pipeline_parallel_layers_per_stage", &c.parallelism.pipeline_parallel_layers_per_stage, "PP: layer slots per stage (sets the stage count); -1 = one stage per rank"},
       {"parallelism", "pipeline_parallel_first_stage_less_layers", &c.parallelism.pipeline_parallel_first_stage_less_layers, "PP: layer slots the embeddings take on the first stage"},

@@ -176,6 +176,7 @@ void Trainer::setup_parallelism() {
                  loss_parallel ? "on" : "off (logits all-gathered)",
                  async ? "; async TP (collectives micro-pipelined with their matmuls)" : "");
   }
+  for (auto& part : more_stage_models_) parallel::apply_activation_checkpointing(*part, config_.activation_checkpoint);
   if (int wrapped = parallel::apply_activation_checkpointing(*model_, config_.activation_checkpoint)) {
     const auto& ac = config_.activation_checkpoint;
     spdlog::info("activation checkpointing {}{}: {} of {} blocks recompute their activations in backward{}",
@@ -214,19 +215,25 @@ void Trainer::setup_parallelism() {
 }
 
 void Trainer::setup_pipeline() {
-  auto stage = parallel::pipeline::split_into_stage(*model_, config_, int(dist_->mesh->local_rank("pp")));
+  auto stage = parallel::pipeline::split_into_stages(*model_, config_, int(dist_->mesh->local_rank("pp")));
   if (!stage.plan.warning.empty()) spdlog::warn("{}", stage.plan.warning);
   spdlog::info("{}", stage.describe());
+  more_stage_models_ = std::move(stage.more_models);
+  stage_models_[stage.stages[0]] = model_.get();
+  for (size_t k = 1; k < stage.stages.size(); ++k) stage_models_[stage.stages[k]] = more_stage_models_[k - 1].get();
   const auto& args = model_->args();
   // The residual stream's dtype crosses: fp32 (embeddings are not autocast, and bf16 autocast
   // adds the blocks' outputs onto fp32), or FSDP's param_dtype, in which the embeddings compute.
   const auto dtype = bf16_ && dist_->dims.fsdp_enabled() ? torch::kBFloat16 : torch::kFloat;
-  parallel::pipeline::BoundarySpec boundary{
-      {config_.parallelism.pipeline_parallel_microbatch_size, config_.training.seq_len, args.dim}, dtype, device_};
+  // Under TP the stream between blocks is sequence parallel: each tp rank sends its T/tp rows to
+  // the same tp rank of the next stage.
+  parallel::pipeline::BoundarySpec boundary{{config_.parallelism.pipeline_parallel_microbatch_size,
+                                             config_.training.seq_len / dist_->dims.tp, args.dim},
+                                            dtype, device_};
   parallel::pipeline::StageFunctions functions{
-      [this](const torch::Tensor& input) {
+      [this](int stage, const torch::Tensor& input) {
         AutocastGuard autocast(bf16_, device_.type());
-        return model_->forward(input);
+        return stage_models_.at(stage)->forward(input);
       },
       [this](const torch::Tensor& logits, const torch::Tensor& labels) {
         AutocastGuard autocast(bf16_, device_.type());
@@ -259,6 +266,9 @@ std::vector<std::pair<std::string, torch::Tensor>> Trainer::trained_parameters()
   if (data_parallel_) return data_parallel_->parameters_to_optimize();
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (const auto& item : model_->named_parameters()) named.emplace_back(item.key(), item.value());
+  for (const auto& part : more_stage_models_) {  // an interleaved schedule's other stages: FQNs disjoint
+    for (const auto& item : part->named_parameters()) named.emplace_back(item.key(), item.value());
+  }
   return named;
 }
 

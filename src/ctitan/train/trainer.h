@@ -103,8 +103,11 @@ class Trainer {
   bool bf16_;
   std::shared_ptr<const data::Tokenizer> tokenizer_;
   models::llama::Transformer model_{nullptr};
-  // Pipeline parallelism: this rank's stage of model_ and the schedule's runtime; null without.
-  std::unique_ptr<parallel::pipeline::PipelineRuntime> pipeline_;
+  // Pipeline parallelism: model_ is this rank's first stage; an interleaved schedule's other
+  // stages are more_stage_models_; stage_models_ maps every stage of this rank to its model.
+  std::vector<models::llama::Transformer> more_stage_models_;
+  std::map<int, models::llama::TransformerImpl*> stage_models_;
+  std::unique_ptr<parallel::pipeline::PipelineRuntime> pipeline_;  // null without PP
   // Tensor parallelism over the mesh's tp group; null without it. After model_: destroyed first.
   std::unique_ptr<parallel::tp::TensorParallel> tensor_parallel_;
   // DDP, FSDP or HSDP; null for one process. After model_: destroyed before it.

@@ -67,16 +67,18 @@ void expect_pipeline_equals_one_process(const std::string& schedule, int local_b
   auto reference = one_process(args, inputs, labels, microbatch_size);
 
   auto plan = plan_pipeline({int(args.n_layers), 2, schedule, local_batch, microbatch_size});
-  // Both stages' models are built here, from the same seed as the reference: the global RNG is
+  // Every stage's model is built here, from the same seed as the reference: the global RNG is
   // not for threads.
-  std::vector<Transformer> stages{seeded_model(args), seeded_model(args)};
+  std::vector<Transformer> stages;
+  for (int s = 0; s < plan.shape.stages(); ++s) {
+    stages.push_back(seeded_model(args));
+    keep_stage_modules(*stages.back(), plan.module_fqns_per_stage.at(size_t(s)));
+  }
   std::vector<torch::Tensor> losses(2);
   auto store = testing::in_memory_store();
   auto errors = testing::on_thread_ranks(2, [&](int rank) {
     auto group = distributed::Communicator::create(store, "pp", rank, 2, std::chrono::seconds(60), "127.0.0.1");
-    auto& model = *stages[size_t(rank)];
-    keep_stage_modules(model, plan.module_fqns_per_stage.at(size_t(rank)));
-    StageFunctions functions{[&](const torch::Tensor& x) { return model.forward(x); },
+    StageFunctions functions{[&](int stage, const torch::Tensor& x) { return stages.at(size_t(stage))->forward(x); },
                              [](const torch::Tensor& logits, const torch::Tensor& y) {
                                return train::summed_cross_entropy(logits, y);
                              }};
@@ -92,8 +94,8 @@ void expect_pipeline_equals_one_process(const std::string& schedule, int local_b
   EXPECT_EQ(losses[0].item<float>(), 0.0f);  // no last stage on rank 0
   EXPECT_NEAR(losses[1].item<float>(), reference.loss.item<float>(), 1e-6 * reference.loss.item<float>());
   size_t compared = 0;
-  for (int rank = 0; rank < 2; ++rank) {
-    for (const auto& p : stages[size_t(rank)]->named_parameters()) {
+  for (const auto& stage : stages) {
+    for (const auto& p : stage->named_parameters()) {
       const auto& expected = reference.grads.at(p.key());
       ASSERT_TRUE(p.value().grad().defined()) << p.key();
       double scale = expected.abs().max().item<double>();
@@ -112,8 +114,27 @@ TEST(PipelineRuntime, OneFOneBWithTwoRowMicrobatchesEqualsOneProcess) {
   expect_pipeline_equals_one_process("1F1B", 6, 2);
 }
 
+// Two stages per rank, [tok_embeddings, layers.0] [layers.1, layers.2] [layers.3] [norm, output]:
+// rank 0 holds stages 0 and 2, rank 1 stages 1 and 3; microbatches in rounds of 2.
+TEST(PipelineRuntime, Interleaved1F1BEqualsOneProcess) { expect_pipeline_equals_one_process("Interleaved1F1B", 4, 1); }
+
 // GPipe runs with fewer microbatches than stages (1F1B refuses that: torchtitan #775).
 TEST(PipelineRuntime, GPipeWithOneMicrobatchEqualsOneProcess) { expect_pipeline_equals_one_process("GPipe", 1, 1); }
+
+// A copy has the same weights and leaves the default generator where it was.
+TEST(PipelineStageModel, CopyHasTheSameWeightsAndDrawsNoRandomNumbers) {
+  auto model = seeded_model(tiny_args());
+  torch::manual_seed(7);
+  torch::rand({4});
+  auto copy = copy_model(*model);
+  auto after = torch::rand({4});
+  torch::manual_seed(7);
+  torch::rand({4});
+  EXPECT_TRUE(after.equal(torch::rand({4})));
+  auto source = model->named_parameters();
+  for (const auto& p : copy->named_parameters()) EXPECT_TRUE(p.value().equal(source[p.key()])) << p.key();
+  EXPECT_NE(copy->tok_embeddings->weight.data_ptr(), model->tok_embeddings->weight.data_ptr());
+}
 
 // A stage keeps its modules under their unsharded names and drops the rest with their parameters.
 TEST(PipelineStageModel, KeepsUnshardedNamesAndDropsTheRest) {

@@ -1,6 +1,7 @@
 #include "ctitan/parallel/pipeline/pipeline_parallel.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "ctitan/common/error.h"
 #include "ctitan/parallel/pipeline/stage_model.h"
@@ -29,30 +30,42 @@ void refuse_unsupported(const config::JobConfig& config, const PipelinePlan& pla
   if (p.data_parallel_replicate_degree > 1) {
     refuse(fmt::format("data_parallel_replicate_degree {} (DDP)", p.data_parallel_replicate_degree));
   }
-  if (p.tensor_parallel_degree > 1) refuse(fmt::format("tensor_parallel_degree {} (TP)", p.tensor_parallel_degree));
-  if (plan.shape.stages_per_rank > 1) {
-    refuse(fmt::format("{} stages per rank (pipeline_parallel_schedule {})", plan.shape.stages_per_rank,
-                       schedule_name(plan.kind)));
+  // Several stages per rank are several model parts; FSDP and TP wrap one part per rank so far.
+  if (plan.shape.stages_per_rank > 1 && (p.data_parallel_shard_degree > 1 || p.tensor_parallel_degree > 1)) {
+    refuse(fmt::format("{} stages per rank (pipeline_parallel_schedule {}) and {}", plan.shape.stages_per_rank,
+                       schedule_name(plan.kind),
+                       p.data_parallel_shard_degree > 1
+                           ? fmt::format("data_parallel_shard_degree {} (FSDP)", p.data_parallel_shard_degree)
+                           : fmt::format("tensor_parallel_degree {} (TP)", p.tensor_parallel_degree)));
   }
   if (config.validation.enable) {
     throw ConfigError(fmt::format("validation.enable is not supported with pipeline_parallel_degree {} yet (issue #15)", pp));
   }
 }
 
-std::string PipelineStage::describe() const {
-  return fmt::format("pipeline: pp {}, {}, {} microbatches of {} rows, rank {}'s stage {} of {}: {}", plan.shape.pp,
-                     schedule_name(plan.kind), plan.shape.microbatches, microbatch_size, pp_rank, stage, plan.shape.stages(),
-                     describe_stage(plan.module_fqns_per_stage.at(size_t(stage))));
+std::string PipelineStages::describe() const {
+  std::vector<std::string> parts;
+  for (int s : stages) {
+    parts.push_back(fmt::format("stage {} of {}: {}", s, plan.shape.stages(),
+                                describe_stage(plan.module_fqns_per_stage.at(size_t(s)))));
+  }
+  return fmt::format("pipeline: pp {}, {}, {} microbatches of {} rows, rank {}'s {}", plan.shape.pp,
+                     schedule_name(plan.kind), plan.shape.microbatches, microbatch_size, pp_rank,
+                     fmt::join(parts, "; "));
 }
 
-PipelineStage split_into_stage(models::llama::TransformerImpl& model, const config::JobConfig& config, int pp_rank) {
-  PipelineStage out;
+PipelineStages split_into_stages(models::llama::TransformerImpl& model, const config::JobConfig& config, int pp_rank) {
+  PipelineStages out;
   out.plan = plan_pipeline(plan_input(config, model.args().n_layers));
   refuse_unsupported(config, out.plan);
   out.pp_rank = pp_rank;
   out.microbatch_size = config.parallelism.pipeline_parallel_microbatch_size;
-  out.stage = out.plan.stages_of_rank(pp_rank).at(0);
-  keep_stage_modules(model, out.plan.module_fqns_per_stage.at(size_t(out.stage)));
+  out.stages = out.plan.stages_of_rank(pp_rank);
+  for (size_t k = 1; k < out.stages.size(); ++k) {
+    out.more_models.push_back(copy_model(model));
+    keep_stage_modules(*out.more_models.back(), out.plan.module_fqns_per_stage.at(size_t(out.stages[k])));
+  }
+  keep_stage_modules(model, out.plan.module_fqns_per_stage.at(size_t(out.stages[0])));
   return out;
 }
 

@@ -15,22 +15,23 @@ namespace ctitan::parallel::pipeline {
 // The plan's inputs from the config.
 PipelinePlanInput plan_input(const config::JobConfig& config, int64_t n_layers);
 
-// ConfigError for what pipeline parallelism does not compose with yet (DDP, TP,
-// Interleaved1F1B's several stages per rank, validation), one line naming the keys.
+// ConfigError for what pipeline parallelism does not compose with yet (DDP; FSDP or TP with
+// several stages per rank; validation), one line naming the keys.
 void refuse_unsupported(const config::JobConfig& config, const PipelinePlan& plan);
 
-struct PipelineStage {
+struct PipelineStages {
   PipelinePlan plan;
   int pp_rank = 0;
-  int stage = 0;  // this rank's stage
+  std::vector<int> stages;  // this rank's, loop style: pp_rank, pp_rank + pp, ...
   int64_t microbatch_size = 1;
-  bool first() const { return stage == 0; }
-  bool last() const { return stage == plan.shape.stages() - 1; }
-  // "pipeline: pp 2, 1F1B, 4 microbatches of 1, rank's stages [0]: tok_embeddings, layers.0-2"
+  // The models of stages[1..] (Interleaved1F1B); stages[0] is the model passed in, pruned.
+  std::vector<models::llama::Transformer> more_models;
+  // "pipeline: pp 2, 1F1B, 4 microbatches of 1 rows, rank 0's stages 0 of 2: tok_embeddings, layers.0"
   std::string describe() const;
 };
 
-// Plans, refuses what is not supported, and prunes `model` to the stage of `pp_rank`.
-PipelineStage split_into_stage(models::llama::TransformerImpl& model, const config::JobConfig& config, int pp_rank);
+// Plans, refuses what is not supported, and turns `model` into the first stage of `pp_rank`
+// (copies of it into the others first).
+PipelineStages split_into_stages(models::llama::TransformerImpl& model, const config::JobConfig& config, int pp_rank);
 
 }  // namespace ctitan::parallel::pipeline

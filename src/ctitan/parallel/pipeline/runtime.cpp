@@ -71,7 +71,7 @@ void PipelineRuntime::forward(const Action& a, const torch::Tensor& inputs, cons
   auto input = a.stage == 0 ? inputs.narrow(0, row, microbatch_rows_)                   // (b, T) token ids
                             : take_received(activations_in_, a).requires_grad_(true);  // (b, T, dim)
   const auto start = Clock::now();
-  auto output = stage_.forward(input);
+  auto output = stage_.forward(a.stage, input);
   if (a.stage == shape_.stages() - 1) {
     // Exactly the tensor one process backpropagates for these rows.
     auto loss = stage_.summed_loss(output, labels.narrow(0, row, microbatch_rows_)) / denominator;

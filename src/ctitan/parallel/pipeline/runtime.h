@@ -28,12 +28,12 @@ struct BoundarySpec {
 };
 
 struct StageFunctions {
-  // This rank's stage: token ids (B, T) on the first stage, else the previous stage's hidden
-  // state (B, T, dim) -> hidden state (B, T, dim), or logits on the last stage.
-  std::function<torch::Tensor(const torch::Tensor& input)> forward;
+  // Stage `stage` of this rank: token ids (B, T) on the first stage, else the previous stage's
+  // hidden state (B, T, dim) -> hidden state (B, T, dim), or logits on the last stage.
+  std::function<torch::Tensor(int stage, const torch::Tensor& input)> forward;
   // The last stage's summed token cross-entropy of `logits` against `labels` (0-d).
   std::function<torch::Tensor(const torch::Tensor& logits, const torch::Tensor& labels)> summed_loss;
-  // Before each backward (may be empty): `last` is the stage's last backward of the run, `sync`
+  // Before each backward (may be empty): `last` is this rank's last backward of the run, `sync`
   // whether that backward should reduce the gradients (FSDP: reduce-scatter once per step,
   // after the last microbatch; keep the parameters gathered until then).
   std::function<void(bool last, bool sync)> before_backward;

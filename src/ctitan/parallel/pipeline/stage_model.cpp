@@ -39,4 +39,16 @@ void keep_stage_modules(models::llama::TransformerImpl& model, const std::vector
   }
 }
 
+models::llama::Transformer copy_model(const models::llama::TransformerImpl& model) {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  const auto rng = generator.get_state();  // the constructor's default init draws from it
+  models::llama::Transformer copy(model.args());
+  generator.set_state(rng);
+  torch::NoGradGuard no_grad;
+  auto source = model.named_parameters();
+  for (auto& item : copy->named_parameters()) item.value().copy_(source[item.key()]);
+  copy->to(source.begin()->value().device());
+  return copy;
+}
+
 }  // namespace ctitan::parallel::pipeline

@@ -14,4 +14,8 @@ namespace ctitan::parallel::pipeline {
 // from the weights one process starts from. Throws std::logic_error on a name the model lacks.
 void keep_stage_modules(models::llama::TransformerImpl& model, const std::vector<std::string>& fqns);
 
+// A second model with the same weights (a rank's other stage under an interleaved schedule),
+// made without drawing from the default generator, so the run's RNG state is as without it.
+models::llama::Transformer copy_model(const models::llama::TransformerImpl& model);
+
 }  // namespace ctitan::parallel::pipeline

@@ -51,15 +51,19 @@ TensorParallel::TensorParallel(models::llama::TransformerImpl& model, std::share
   auto& hooks = model.hooks;
   distributed::Communicator* g = group_.get();
 
-  slice("tok_embeddings.weight", model.tok_embeddings->weight, 0, vocab_);
-  // Each rank embeds the ids in its rows and zeros for the rest; the sum over ranks, taken by
-  // the reduce-scatter, is the full embedding (exact: every other term is zero).
-  hooks.set_around(*model.tok_embeddings, [vocab = vocab_](const torch::Tensor& ids, const auto& forward) {
-    auto owned = (ids >= vocab.offset) & (ids < vocab.offset + vocab.size);  // (B, T)
-    auto local_ids = torch::where(owned, ids - vocab.offset, torch::zeros_like(ids));
-    return forward(local_ids).masked_fill(~owned.unsqueeze(-1), 0.0);  // (B, T, dim), partial
-  });
-  hooks.add_post_forward(*model.tok_embeddings, [g](const torch::Tensor& h) { return reduce_scatter_sequence(h, *g); });
+  // A pipeline stage holds only some of the model (parallel/pipeline/stage_model.h): each part
+  // present is sliced and hooked, the rest is another stage's.
+  if (model.tok_embeddings) {
+    slice("tok_embeddings.weight", model.tok_embeddings->weight, 0, vocab_);
+    // Each rank embeds the ids in its rows and zeros for the rest; the sum over ranks, taken by
+    // the reduce-scatter, is the full embedding (exact: every other term is zero).
+    hooks.set_around(*model.tok_embeddings, [vocab = vocab_](const torch::Tensor& ids, const auto& forward) {
+      auto owned = (ids >= vocab.offset) & (ids < vocab.offset + vocab.size);  // (B, T)
+      auto local_ids = torch::where(owned, ids - vocab.offset, torch::zeros_like(ids));
+      return forward(local_ids).masked_fill(~owned.unsqueeze(-1), 0.0);  // (B, T, dim), partial
+    });
+    hooks.add_post_forward(*model.tok_embeddings, [g](const torch::Tensor& h) { return reduce_scatter_sequence(h, *g); });
+  }
 
   for (auto* block : model.blocks()) {
     const std::string prefix = fmt::format("layers.{}.", block->layer_id);
@@ -77,8 +81,8 @@ TensorParallel::TensorParallel(models::llama::TransformerImpl& model, std::share
     hook_sublayer(hooks, attention, {attention.wq, attention.wk, attention.wv}, attention.wo);
     hook_sublayer(hooks, feed_forward, {feed_forward.w1, feed_forward.w3}, feed_forward.w2);
   }
-  replicated_.insert("norm.weight");
-
+  if (model.norm) replicated_.insert("norm.weight");
+  if (!model.output) return;
   slice("output.weight", model.output->weight, 0, vocab_);
   if (async_) {
     hooks.set_around(*model.output, [g, output = model.output](const torch::Tensor& x, const auto&) {

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Pipeline-parallel scaling on one machine: PP(2) (2 ranks x 1 thread) and PP(4) (4 ranks x 1
+thread) with GPipe and 1F1B at several microbatch counts, against 1 process x 2 threads at the
+same global batch, model and data (fp32 debug model; Gloo send/recv on loopback).
+
+Printed per layout:
+- tokens/s of the whole pipeline (rank 0's per-device figure x pp, as ctitan divides by pp) and
+  its ratio to one process;
+- the measured bubble: rank 0's idle share of its schedule runs (pp_bubble: 1 - forward/backward
+  compute / run time) and the largest over the ranks (pp_bubble_max), against the theoretical
+  (p-1)/(m+p-1);
+- rank 0's peak live bytes: stage 0 holds the most activations, m microbatches under GPipe and
+  at most p under 1F1B, so 1F1B's peak should stay flat as m grows while GPipe's climbs.
+
+PP(4) on this 2-core machine runs 4 single-threaded ranks on 2 cores: a rank time-sliced off its
+core idles too, so its bubble column is not the schedule's alone (said next to those rows).
+Interleaved1F1B is not built yet (issue #15); there is no PyTorch baseline here (torch_dp_worker.py
+has no pipeline).
+
+Usage: bench/pp_scaling.py [--ctitan build/bin/ctitan] [--steps 20] [--global-batch 8] [--seq-len 256]
+"""
+import argparse
+import os
+import tempfile
+
+import scaling_lib as lib
+
+
+def train(ctitan, tmp, name, nproc, data, args, common):
+    folder = os.path.join(tmp, name)
+    cmd = ([ctitan] if nproc == 1 else lib.launch(ctitan, nproc)) + common + ["--job.dump_folder", folder] + args
+    lib.run("pp_scaling", cmd, lib.single_env(2) if nproc == 1 else lib.ranks_env())
+    return lib.training_rows(os.path.join(folder, "metrics.jsonl"), skip_first=3)
+
+
+def mean(rows, key):
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def main():
+    parser = argparse.ArgumentParser(description="PP(2)/PP(4) GPipe and 1F1B against 1 process x 2 threads")
+    parser.add_argument("--ctitan", default="build/bin/ctitan")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--global-batch", type=int, default=8)
+    parser.add_argument("--seq-len", type=int, default=256)
+    args = parser.parse_args()
+    if args.steps <= 3:
+        parser.error("--steps must exceed 3 (the first 3 steps are not timed)")
+    lib.check_ctitan("pp_scaling", args.ctitan)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "random.bin")
+        lib.write_random_tokens(data, (args.steps + 2) * args.global_batch * (args.seq_len + 1))
+        common = ["train", "--model.flavor", "debugmodel", "--training.dataset_path", data,
+                  "--training.seq_len", str(args.seq_len), "--training.steps", str(args.steps),
+                  "--training.mixed_precision_param", "float32", "--metrics.log_freq", "1",
+                  "--metrics.peak_flops", "1e12", "--lr_scheduler.warmup_steps", "2",
+                  "--training.local_batch_size", str(args.global_batch)]
+        single = train(args.ctitan, tmp, "single", 1, data, [], common)
+        single_tps = mean(single, "tps")
+        print(f"pp_scaling: debugmodel seq {args.seq_len}, global batch {args.global_batch}, float32, "
+              f"{args.steps} steps (first 3 excluded)")
+        print(f"  {'1 process x 2 threads':34s} {single_tps:8.0f} tok/s   peak {mean(single, 'memory_peak_bytes') / 2**20:7.1f} MiB")
+        for pp in (2, 4):
+            for schedule in ("GPipe", "1F1B"):
+                for m in (pp, 2 * pp, 4 * pp):
+                    if args.global_batch % m:
+                        continue
+                    name = f"PP({pp}) {schedule} m={m}"
+                    rows = train(args.ctitan, tmp, name.replace(" ", "_").replace("(", "").replace(")", "").replace("=", ""),
+                                 pp, data,
+                                 ["--parallelism.pipeline_parallel_degree", str(pp),
+                                  "--parallelism.pipeline_parallel_schedule", schedule,
+                                  "--parallelism.pipeline_parallel_microbatch_size", str(args.global_batch // m)],
+                                 common)
+                    tps = pp * mean(rows, "tps")
+                    note = "  (4 ranks on 2 cores: time-sliced)" if pp > 2 else ""
+                    print(f"  {name:34s} {tps:8.0f} tok/s {tps / single_tps:5.2f}x   bubble rank 0 "
+                          f"{100 * mean(rows, 'pp_bubble'):5.1f}%, max {100 * mean(rows, 'pp_bubble_max'):5.1f}%, "
+                          f"theory {100 * rows[-1]['pp_bubble_theory']:5.1f}%   rank 0 peak "
+                          f"{mean(rows, 'memory_peak_bytes') / 2**20:7.1f} MiB{note}")
+
+
+if __name__ == "__main__":
+    main()
