@@ -226,7 +226,16 @@ void init_rpc(const std::string& name, int rank, int world_size, const RpcOption
   // Nobody calls a peer before every worker listens. Each publishes its registry's fingerprint:
   // every worker runs the same binary, so a difference means calls between them may fail.
   const std::string mine = registry_fingerprint();
-  auto theirs = exchange(*store, "start", rank, world_size, mine, options.init_timeout_seconds, name);
+  std::vector<std::string> theirs;
+  try {
+    theirs = exchange(*store, "start", rank, world_size, mine, options.init_timeout_seconds, name);
+  } catch (...) {
+    s.phase = Phase::Stopped;  // as above: the singletons are bound to this agent
+    tdr::RRefContext::destroyInstance(/*ignoreRRefLeak=*/true);
+    agent->shutdown();
+    tdr::RpcAgent::setCurrentRpcAgent(nullptr);
+    throw;
+  }
   for (int r = 0; r < world_size; ++r) {
     if (theirs[r] != mine) {
       fmt::print(stderr, "rpc warning: worker '{}' registered other functions ({}) than '{}' ({}): calls between "
