@@ -1,7 +1,7 @@
 // Pipeline parallelism through the launcher on loopback, against one process with the same
 // global batch (tests/support/parity.h argues the fp32 bounds): PP(2) with GPipe and 1F1B, with
 // gradient accumulation, with activation checkpointing, Interleaved1F1B, PP(2) x FSDP(2),
-// PP(2) x TP(2), and the configurations PP refuses.
+// PP(2) x TP(2), PP(2) x DDP(2), validation, HF export, and the configurations PP refuses.
 // The tiny job has 2 layers, so PP(2) runs [tok_embeddings, layers.0] and [layers.1, norm, output].
 //
 // What the bounds catch here: torchtitan's PP bugs scaled the loss by the microbatch count
@@ -9,6 +9,8 @@
 // not by 1e-3. Rank 0 holds no last stage, and its metrics.jsonl is what expect_parity reads, so
 // the logged loss being the real one (not torchtitan's -1 placeholder) is checked as well.
 #include <gtest/gtest.h>
+
+#include <iostream>
 
 #include "support/parity.h"
 #include "support/test_support.h"
@@ -64,12 +66,51 @@ TEST(CliPipelineParallel, PpTwoByFsdpTwoGPipeWithAccumulationMatchesOneBigBatch)
                 {"--training.local_batch_size", "8"});
 }
 
+// [pp, dp_replicate]: DDP all-reduces each stage's gradients over its replica pair once per step,
+// after the stage's last backward; HSDP [pp, dp_replicate, dp_shard] on 8 ranks is the same path as
+// PP x FSDP with a replica group added (tested without PP in CliTensorParallel/CliFsdp).
+TEST(CliPipelineParallel, PpTwoByDdpTwoMatchesOneProcess) {
+  expect_parity("PP(2)xDDP(2) GPipe", 4, concat(concat(pp2("GPipe"), testing::degrees(2, 1)), {"--training.local_batch_size", "2"}));
+}
+
 // [pp, dp_shard (trivial), tp]: each stage tensor-parallel inside its tp pair, the boundary the
 // sequence-parallel shard (each tp rank sends its T/2 rows to its peer of the next stage), loss
 // parallel on the last stage, the norms' gradients summed over tp, the grad norm over tp and pp.
 TEST(CliPipelineParallel, PpTwoByTpTwoMatchesOneProcess) {
   expect_parity("PP(2)xTP(2) 1F1B", 4,
                 concat(concat(pp2("1F1B"), testing::degrees(1, 1, 2)), kBatch4));
+}
+
+// Validation runs the stages forward in turn, without grad; the last stage's summed loss, summed
+// over pp (the other stages add 0) and divided by the tokens, equals one process's (fp32 bound).
+TEST(CliPipelineParallel, ValidationLossEqualsOneProcess) {
+  const std::vector<std::string> job = {"--training.steps", "4", "--training.local_batch_size", "4", "--validation.enable",
+                                        "--validation.freq", "2", "--validation.steps", "2"};
+  auto validation_losses = [](const testing::Rows& rows) {
+    std::vector<double> out;
+    for (const auto& r : rows) {
+      if (r.contains("validation_loss")) out.push_back(r["validation_loss"].get<double>());
+    }
+    return out;
+  };
+  auto one = validation_losses(testing::run_tiny_job(1, job));
+  auto pp = validation_losses(testing::run_tiny_job(2, concat(job, pp2("Interleaved1F1B"))));
+  ASSERT_EQ(one.size(), 2u);
+  ASSERT_EQ(pp.size(), one.size());
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(pp[i], one[i], 1e-4 * one[i]) << "validation " << i;
+}
+
+// A PP(2) checkpoint, each rank's file holding its stage's tensors, exports to HF whole: equal (to
+// the fp32 parity bound) to the export of one process, read back by the safetensors library.
+TEST(CliPipelineParallel, HfExportOfAPpCheckpointEqualsOneProcess) {
+  if (!testing::have_python()) GTEST_SKIP() << "no venv Python (CTITAN_PYTHON is empty): safetensors reads the exports";
+  auto result = testing::compare_hf_exports(
+      2, pp2("1F1B"),
+      concat(kBatch4, {"--training.steps", "4", "--checkpoint.enable", "true", "--checkpoint.interval", "4"}));
+  std::cout << "HF export of PP(2) vs 1 process after 4 steps: " << result.tensors << " tensors, max relative difference "
+            << result.worst << "\n";
+  EXPECT_EQ(result.tensors, 2 + 1 + 2 * 9);  // embed, lm_head, final norm; 9 per layer
+  EXPECT_LT(result.worst, 1e-4);
 }
 
 // `ctitan run` exits 1 when its ranks failed (torchrun's convention), after each rank printed
@@ -94,8 +135,8 @@ TEST(CliPipelineParallel, RefusalsAreOneLineBeforeTraining) {
                                        "Interleaved1F1B (got 'ZBVZeroBubble'");
   expect_refusal(concat(pp2("1F1B"), {"--parallelism.tensor_parallel_degree", "2"}),
                  "does not equal the world size 2");
-  expect_refusal(concat(pp2("1F1B"), {"--validation.enable", "true"}),
-                 "validation.enable is not supported with pipeline_parallel_degree 2 yet (issue #15)");
+  expect_refusal(concat(pp2("Interleaved1F1B"), {"--parallelism.pipeline_parallel_layers_per_stage", "2"}),
+                 "parallelism.pipeline_parallel_schedule Interleaved1F1B needs at least 2 stages per rank");
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
-#include <sstream>
 
 #include "support/parity.h"
 #include "support/test_support.h"
@@ -136,35 +135,12 @@ TEST(CliTensorParallel, ModelStatePerRankIsAboutHalfOfOneProcess) {
 // the export of the same 4 steps trained by one process, read back by the safetensors library.
 TEST(CliTensorParallel, HfExportOfATpCheckpointEqualsOneProcesss) {
   if (!testing::have_python()) GTEST_SKIP() << "no venv Python (CTITAN_PYTHON is empty): safetensors reads the exports";
-  testing::TempDir one, tp;
-  std::vector<std::string> job = concat(kBatch4, {"--training.steps", "4", "--checkpoint.enable", "true",
-                                                  "--checkpoint.interval", "4"});
-  auto r1 = testing::run_ctitan(concat(concat({"train"}, testing::tiny_job_args(one.path())), job), 240);
-  ASSERT_EQ(r1.exit_code, 0) << r1.output;
-  auto r2 = testing::run_ctitan(concat(concat({"run", "--nproc-per-node", "2", "--master-port", "0", "train"},
-                                              testing::tiny_job_args(tp.path())), concat(job, degrees(1, 1, 2))), 240);
-  ASSERT_EQ(r2.exit_code, 0) << r2.output;
-  for (const auto* dir : {&one, &tp}) {
-    auto e = testing::run_ctitan({"checkpoint", "export", "--input", dir->file("checkpoint/step-4"), "--output",
-                                  dir->file("hf")});
-    ASSERT_EQ(e.exit_code, 0) << e.output;
-  }
-  // Prints the largest relative difference over all tensors and the tensor count.
-  auto compare = testing::run_python(
-      {"-c",
-       "import sys; from safetensors.numpy import load_file; a = load_file(sys.argv[1]); b = load_file(sys.argv[2]);"
-       "assert a.keys() == b.keys(), (sorted(a), sorted(b));"
-       "print(len(a), max(float(abs(a[k] - b[k]).max() / max(abs(a[k]).max(), 1e-30)) for k in a))",
-       one.file("hf/model.safetensors"), tp.file("hf/model.safetensors")});
-  ASSERT_EQ(compare.exit_code, 0) << compare.output;
-  std::istringstream words(compare.output.substr(compare.output.rfind('\n', compare.output.size() - 2) + 1));
-  int tensors = 0;
-  double worst = 1;
-  words >> tensors >> worst;
-  std::cout << "HF export of TP(2) vs 1 process after 4 steps: " << tensors << " tensors, max relative difference "
-            << worst << "\n";
-  EXPECT_EQ(tensors, 2 + 1 + 2 * 9);  // embed, lm_head, final norm; 9 per layer
-  EXPECT_LT(worst, 1e-4);
+  auto result = testing::compare_hf_exports(
+      2, degrees(1, 1, 2), concat(kBatch4, {"--training.steps", "4", "--checkpoint.enable", "true", "--checkpoint.interval", "4"}));
+  std::cout << "HF export of TP(2) vs 1 process after 4 steps: " << result.tensors << " tensors, max relative difference "
+            << result.worst << "\n";
+  EXPECT_EQ(result.tensors, 2 + 1 + 2 * 9);  // embed, lm_head, final norm; 9 per layer
+  EXPECT_LT(result.worst, 1e-4);
 }
 
 // `train` exits 2 on a config error; `ctitan run` exits 1 when its ranks failed (torchrun's

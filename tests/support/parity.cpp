@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <sstream>
 
 #include "support/test_support.h"
 #include "support/tiny_job.h"
@@ -55,6 +56,33 @@ void expect_parity(const std::string& what, int nproc, const std::vector<std::st
   EXPECT_LT(d.grad_norm, 1e-3) << what;
   ASSERT_FALSE(sharded.empty());
   EXPECT_LT(sharded.back()["loss"].get<double>(), 0.5 * sharded.front()["loss"].get<double>()) << what;
+}
+
+ExportComparison compare_hf_exports(int nproc, const std::vector<std::string>& layout_args,
+                                    const std::vector<std::string>& common) {
+  TempDir one, layout;
+  auto r1 = run_ctitan(concat(concat({"train"}, tiny_job_args(one.path())), common), 240);
+  EXPECT_EQ(r1.exit_code, 0) << r1.output;
+  auto r2 = run_ctitan(concat(concat({"run", "--nproc-per-node", std::to_string(nproc), "--master-port", "0", "train"},
+                                     tiny_job_args(layout.path())),
+                              concat(common, layout_args)),
+                       240);
+  EXPECT_EQ(r2.exit_code, 0) << r2.output;
+  for (const auto* dir : {&one, &layout}) {
+    auto e = run_ctitan({"checkpoint", "export", "--input", dir->file("checkpoint/step-4"), "--output", dir->file("hf")});
+    EXPECT_EQ(e.exit_code, 0) << e.output;
+  }
+  auto compare = run_python(
+      {"-c",
+       "import sys; from safetensors.numpy import load_file; a = load_file(sys.argv[1]); b = load_file(sys.argv[2]);"
+       "assert a.keys() == b.keys(), (sorted(a), sorted(b));"
+       "print(len(a), max(float(abs(a[k] - b[k]).max() / max(abs(a[k]).max(), 1e-30)) for k in a))",
+       one.file("hf/model.safetensors"), layout.file("hf/model.safetensors")});
+  EXPECT_EQ(compare.exit_code, 0) << compare.output;
+  ExportComparison out;
+  std::istringstream words(compare.output.substr(compare.output.rfind('\n', compare.output.size() - 2) + 1));
+  words >> out.tensors >> out.worst;
+  return out;
 }
 
 }  // namespace ctitan::testing

@@ -35,4 +35,15 @@ extern const std::vector<std::string> kThirtySteps;
 void expect_parity(const std::string& what, int nproc, const std::vector<std::string>& layout_args,
                    const std::vector<std::string>& single_args = {"--training.local_batch_size", "4"});
 
+// The tiny job trained `common` (steps and a step-4 checkpoint included) as one process and as
+// `nproc` ranks with `layout_args`, both step-4 checkpoints exported to HF, and the exports read
+// back by the safetensors library (the venv's Python, an independent reader): the tensor count
+// and the largest relative difference. Expects every command to succeed.
+struct ExportComparison {
+  int tensors = 0;
+  double worst = 1;
+};
+ExportComparison compare_hf_exports(int nproc, const std::vector<std::string>& layout_args,
+                                    const std::vector<std::string>& common);
+
 }  // namespace ctitan::testing

@@ -470,10 +470,20 @@ double Trainer::validate() {
   int64_t tokens = 0;
   for (int64_t i = 0; i < v.steps; ++i) {
     auto batch = loader->next();
-    AutocastGuard autocast(bf16_, device_.type());
-    auto logits = model_->forward(batch.inputs.to(device_));
-    loss_sum += summed_loss(logits, batch.labels.to(device_)).item<double>();
+    if (pipeline_) {
+      // Stages forward the batch in turn; only the last stage's ranks hold a loss, summed over pp below.
+      loss_sum += pipeline_->evaluate(batch.inputs.to(device_), batch.labels.to(device_)).item<double>();
+    } else {
+      AutocastGuard autocast(bf16_, device_.type());
+      auto logits = model_->forward(batch.inputs.to(device_));
+      loss_sum += summed_loss(logits, batch.labels.to(device_)).item<double>();
+    }
     tokens += count_valid_tokens(batch.labels).item<int64_t>();
+  }
+  if (pipeline_) {
+    auto total = torch::tensor(loss_sum, torch::kDouble);
+    dist_->mesh->group("pp")->all_reduce(total, distributed::ReduceOp::kSum);
+    loss_sum = total.item<double>();
   }
   if (dp_group_) {  // every dp rank evaluated its own shard of the validation windows
     auto totals = torch::tensor({loss_sum, double(tokens)}, torch::kDouble);

@@ -27,19 +27,18 @@ void refuse_unsupported(const config::JobConfig& config, const PipelinePlan& pla
     throw ConfigError(fmt::format("parallelism.pipeline_parallel_degree {} with {} is not supported yet (issue #15)",
                                   pp, what));
   };
-  if (p.data_parallel_replicate_degree > 1) {
-    refuse(fmt::format("data_parallel_replicate_degree {} (DDP)", p.data_parallel_replicate_degree));
-  }
-  // Several stages per rank are several model parts; FSDP and TP wrap one part per rank so far.
-  if (plan.shape.stages_per_rank > 1 && (p.data_parallel_shard_degree > 1 || p.tensor_parallel_degree > 1)) {
-    refuse(fmt::format("{} stages per rank (pipeline_parallel_schedule {}) and {}", plan.shape.stages_per_rank,
-                       schedule_name(plan.kind),
-                       p.data_parallel_shard_degree > 1
-                           ? fmt::format("data_parallel_shard_degree {} (FSDP)", p.data_parallel_shard_degree)
-                           : fmt::format("tensor_parallel_degree {} (TP)", p.tensor_parallel_degree)));
-  }
-  if (config.validation.enable) {
-    throw ConfigError(fmt::format("validation.enable is not supported with pipeline_parallel_degree {} yet (issue #15)", pp));
+  // Several stages per rank are several model parts; DDP, FSDP and TP wrap one part per rank so far.
+  if (plan.shape.stages_per_rank > 1) {
+    auto with = p.data_parallel_shard_degree > 1
+                    ? fmt::format("data_parallel_shard_degree {} (FSDP)", p.data_parallel_shard_degree)
+                : p.data_parallel_replicate_degree > 1
+                    ? fmt::format("data_parallel_replicate_degree {} (DDP)", p.data_parallel_replicate_degree)
+                : p.tensor_parallel_degree > 1 ? fmt::format("tensor_parallel_degree {} (TP)", p.tensor_parallel_degree)
+                                               : "";
+    if (!with.empty()) {
+      refuse(fmt::format("{} stages per rank (pipeline_parallel_schedule {}) and {}", plan.shape.stages_per_rank,
+                         schedule_name(plan.kind), with));
+    }
   }
 }
 

@@ -15,8 +15,8 @@ namespace ctitan::parallel::pipeline {
 // The plan's inputs from the config.
 PipelinePlanInput plan_input(const config::JobConfig& config, int64_t n_layers);
 
-// ConfigError for what pipeline parallelism does not compose with yet (DDP; FSDP or TP with
-// several stages per rank; validation), one line naming the keys.
+// ConfigError for what pipeline parallelism does not compose with yet (DDP, FSDP or TP with
+// several stages per rank), one line naming the keys.
 void refuse_unsupported(const config::JobConfig& config, const PipelinePlan& plan);
 
 struct PipelineStages {

@@ -27,6 +27,35 @@ PipelineRuntime::PipelineRuntime(PipeShape shape, ScheduleKind kind, int pp_rank
   for (size_t i = 0; i < actions_.size(); ++i) {
     if (actions_[i].op == Op::B) last_backward_ = i;
   }
+  for (int s = pp_rank_; s < shape_.stages(); s += shape_.pp) local_stages_.push_back(s);
+}
+
+torch::Tensor PipelineRuntime::evaluate(const torch::Tensor& inputs, const torch::Tensor& labels) {
+  torch::NoGradGuard no_grad;
+  if (inputs.size(0) % shape_.microbatches != 0) {
+    throw std::logic_error(fmt::format("pipeline: a local batch of {} rows does not split into {} microbatches",
+                                       inputs.size(0), shape_.microbatches));
+  }
+  const int64_t rows = inputs.size(0) / shape_.microbatches;
+  auto loss_sum = torch::zeros({}, torch::TensorOptions(torch::kFloat).device(boundary_.device));
+  for (int32_t mb = 0; mb < shape_.microbatches; ++mb) {
+    for (int s : local_stages_) {
+      torch::Tensor input = inputs.narrow(0, mb * rows, rows);
+      if (s > 0) {
+        input = torch::empty(boundary_.shape, torch::TensorOptions(boundary_.dtype).device(boundary_.device));
+        const Action recv{Op::RecvF, s, mb};
+        group_->irecv(input, peer_rank(recv), tag_of(recv, shape_))->wait();
+      }
+      auto output = stage_.forward(s, input);
+      if (s == shape_.stages() - 1) {
+        loss_sum += stage_.summed_loss(output, labels.narrow(0, mb * rows, rows)).to(torch::kFloat);
+      } else {
+        const Action send{Op::SendF, s, mb};
+        group_->isend(output.contiguous(), peer_rank(send), tag_of(send, shape_))->wait();
+      }
+    }
+  }
+  return loss_sum;
 }
 
 torch::Tensor PipelineRuntime::run(const torch::Tensor& inputs, const torch::Tensor& labels,

@@ -58,6 +58,12 @@ class PipelineRuntime {
   torch::Tensor run(const torch::Tensor& inputs, const torch::Tensor& labels, const torch::Tensor& denominator,
                     bool reduce_grads = true);
 
+  // Forward only, without grad (validation): each microbatch through this rank's stages in
+  // ascending order, every rank walking (microbatch, stage) in the same global order, so each send
+  // waits only for a receive its peer posts next. Returns the summed cross-entropy of the local
+  // batch as a 0-d fp32 tensor on the last stage's ranks, exactly 0 on the others.
+  torch::Tensor evaluate(const torch::Tensor& inputs, const torch::Tensor& labels);
+
   // Seconds of the runs since the last call.
   PipelineTimes take_times();
   const std::vector<Action>& actions() const { return actions_; }
@@ -87,6 +93,7 @@ class PipelineRuntime {
   BoundarySpec boundary_;
   StageFunctions stage_;
   std::vector<Action> actions_;  // this rank's lowered schedule
+  std::vector<int> local_stages_;  // ascending
   size_t last_backward_ = 0;  // index in actions_ of the stage's last B
   int64_t microbatch_rows_ = 0;
   bool reduce_grads_ = true;
