@@ -14,12 +14,14 @@ Printed per layout:
 
 PP(4) on this 2-core machine runs 4 single-threaded ranks on 2 cores: a rank time-sliced off its
 core idles too, so its bubble column is not the schedule's alone (said next to those rows).
-Interleaved1F1B is not built yet (issue #15); there is no PyTorch baseline here (torch_dp_worker.py
-has no pipeline).
+Then Interleaved1F1B at PP(2), and the 3-D layout PP(2) x FSDP(2) x TP(2) on 8 ranks against one
+process over 10 fp32 steps (too slow for the test suite): its largest relative loss and grad-norm
+differences. There is no PyTorch baseline here (torch_dp_worker.py has no pipeline).
 
 Usage: bench/pp_scaling.py [--ctitan build/bin/ctitan] [--steps 20] [--global-batch 8] [--seq-len 256]
 """
 import argparse
+import json
 import os
 import tempfile
 
@@ -80,6 +82,36 @@ def main():
                           f"{100 * mean(rows, 'pp_bubble'):5.1f}%, max {100 * mean(rows, 'pp_bubble_max'):5.1f}%, "
                           f"theory {100 * rows[-1]['pp_bubble_theory']:5.1f}%   rank 0 peak "
                           f"{mean(rows, 'memory_peak_bytes') / 2**20:7.1f} MiB{note}")
+        for m in (4, 8):
+            if args.global_batch % m:
+                continue
+            rows = train(args.ctitan, tmp, f"interleaved{m}", 2, data,
+                         ["--parallelism.pipeline_parallel_degree", "2",
+                          "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B",
+                          "--parallelism.pipeline_parallel_microbatch_size", str(args.global_batch // m)], common)
+            tps = 2 * mean(rows, "tps")
+            print(f"  {f'PP(2) Interleaved1F1B m={m}':34s} {tps:8.0f} tok/s {tps / single_tps:5.2f}x   bubble rank 0 "
+                  f"{100 * mean(rows, 'pp_bubble'):5.1f}%, max {100 * mean(rows, 'pp_bubble_max'):5.1f}%, "
+                  f"theory {100 * rows[-1]['pp_bubble_theory']:5.1f}%   rank 0 peak "
+                  f"{mean(rows, 'memory_peak_bytes') / 2**20:7.1f} MiB")
+
+        # Parity of the 3-D layout: 8 ranks, each stage sharded over FSDP(2) and sliced over TP(2).
+        short = common[:common.index("--training.local_batch_size")]
+        short[short.index("--training.steps") + 1] = "10"
+        short[short.index("--training.seq_len") + 1] = "64"
+
+        def losses(name):
+            return [r for r in map(json.loads, open(os.path.join(tmp, name, "metrics.jsonl"))) if "loss" in r]
+
+        train(args.ctitan, tmp, "one3d", 1, data, ["--training.local_batch_size", "4"], short)
+        train(args.ctitan, tmp, "pp_fsdp_tp", 8, data,
+              ["--parallelism.pipeline_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "2",
+               "--parallelism.tensor_parallel_degree", "2", "--training.local_batch_size", "2"], short)
+        one, eight = losses("one3d"), losses("pp_fsdp_tp")
+        loss = max(abs(a["loss"] - b["loss"]) / a["loss"] for a, b in zip(one, eight))
+        norm = max(abs(a["grad_norm"] - b["grad_norm"]) / a["grad_norm"] for a, b in zip(one, eight))
+        print(f"  PP(2)xFSDP(2)xTP(2), 8 ranks, vs 1 process over {len(eight)} fp32 steps (seq 64, global batch 4): "
+              f"max relative difference loss {loss:.2e}, grad_norm {norm:.2e}")
 
 
 if __name__ == "__main__":
