@@ -121,22 +121,22 @@ BackendLaunch GlooBackend::reduce_scatter_tensor(const at::Tensor& output, const
 
 // Raw bits both ways, so bf16 crosses exactly. Gloo's send/recv works have no future: they
 // complete in Work::wait() (Completion::kOnWait).
-BackendLaunch GlooBackend::send(const at::Tensor& t, int peer, int tag) {
+template <typename Start>
+BackendLaunch GlooBackend::point_to_point(const at::Tensor& t, Start start) {
   std::vector<at::Tensor> wire{bits_view(t)};
   BackendLaunch launch;
   launch.held = {t};
   launch.completion = Completion::kOnWait;
-  launch.works = just(group_->send(wire, peer, tag));
+  launch.works = just(start(wire));
   return launch;
 }
 
+BackendLaunch GlooBackend::send(const at::Tensor& t, int peer, int tag) {
+  return point_to_point(t, [&](std::vector<at::Tensor>& wire) { return group_->send(wire, peer, tag); });
+}
+
 BackendLaunch GlooBackend::recv(const at::Tensor& t, int peer, int tag) {
-  std::vector<at::Tensor> wire{bits_view(t)};
-  BackendLaunch launch;
-  launch.held = {t};
-  launch.completion = Completion::kOnWait;
-  launch.works = just(group_->recv(wire, peer, tag));
-  return launch;
+  return point_to_point(t, [&](std::vector<at::Tensor>& wire) { return group_->recv(wire, peer, tag); });
 }
 
 }  // namespace ctitan::distributed

@@ -29,6 +29,9 @@ class GlooBackend final : public CollectiveBackend {
   c10::intrusive_ptr<c10d::Backend> c10d_backend() const override { return group_; }
 
  private:
+  // A send or recv (`start` calls the c10d op on the wire tensors).
+  template <typename Start>
+  BackendLaunch point_to_point(const at::Tensor& t, Start start);
   c10::intrusive_ptr<c10d::Backend> group_;
   int rank_;
   int size_;

@@ -85,22 +85,22 @@ BackendLaunch NcclBackend::barrier() {
 
 // Stream-ordered as the collectives. PyTorch warms NCCL's p2p communicators with a neighbour
 // exchange first; compiled, never run on a GPU.
-BackendLaunch NcclBackend::send(const at::Tensor& t, int peer, int tag) {
+template <typename Start>
+BackendLaunch NcclBackend::point_to_point(const at::Tensor& t, Start start) {
   BackendLaunch launch;
   launch.completion = Completion::kStream;
   std::vector<at::Tensor> wires{t};
   launch.held = {t};
-  launch.works = just(group_->send(wires, peer, tag));
+  launch.works = just(start(wires));
   return launch;
 }
 
+BackendLaunch NcclBackend::send(const at::Tensor& t, int peer, int tag) {
+  return point_to_point(t, [&](std::vector<at::Tensor>& wires) { return group_->send(wires, peer, tag); });
+}
+
 BackendLaunch NcclBackend::recv(const at::Tensor& t, int peer, int tag) {
-  BackendLaunch launch;
-  launch.completion = Completion::kStream;
-  std::vector<at::Tensor> wires{t};
-  launch.held = {t};
-  launch.works = just(group_->recv(wires, peer, tag));
-  return launch;
+  return point_to_point(t, [&](std::vector<at::Tensor>& wires) { return group_->recv(wires, peer, tag); });
 }
 
 }  // namespace ctitan::distributed
