@@ -20,10 +20,6 @@
 #include "ctitan/metrics/peak_flops.h"
 #include "ctitan/metrics/profiler.h"
 #include "ctitan/models/llama/flops.h"
-#include "ctitan/parallel/activation_checkpoint.h"
-#include "ctitan/parallel/ddp.h"
-#include "ctitan/parallel/parallelize_llama.h"
-#include "ctitan/parallel/pipeline/pipeline_parallel.h"
 #include "ctitan/train/autocast.h"
 #include "ctitan/train/grad_clip.h"
 #include "ctitan/train/loss.h"
@@ -160,97 +156,6 @@ void Trainer::refuse_if_the_step_cannot_fit(const models::llama::ModelArgs& args
       config_.training.seq_len));
 }
 
-// Parallelism is applied to the built model from outside, as torchtitan's parallelize step.
-void Trainer::setup_parallelism() {
-  // torchtitan's order: pipeline split, then per stage TP -> activation checkpointing -> FSDP;
-  // AC also applies to one process.
-  if (dist_ && dist_->dims.pp_enabled()) setup_pipeline();
-  if (dist_ && dist_->dims.tp_enabled()) {
-    parallel::tp::validate_tensor_parallel(model_->args(), config_.training.seq_len, dist_->dims.tp);
-    const bool loss_parallel = !config_.parallelism.disable_loss_parallel;
-    const bool async = config_.parallelism.enable_async_tensor_parallel;
-    tensor_parallel_ =
-        std::make_unique<parallel::tp::TensorParallel>(*model_, dist_->mesh->group("tp"), loss_parallel, async);
-    spdlog::info("TP over {} ranks: column-wise wq/wk/wv/w1/w3, row-wise wo/w2, sequence-parallel norms, "
-                 "vocab-sharded embeddings and output, loss parallel {}{}", dist_->dims.tp,
-                 loss_parallel ? "on" : "off (logits all-gathered)",
-                 async ? "; async TP (collectives micro-pipelined with their matmuls)" : "");
-  }
-  for (auto& part : more_stage_models_) parallel::apply_activation_checkpointing(*part, config_.activation_checkpoint);
-  if (int wrapped = parallel::apply_activation_checkpointing(*model_, config_.activation_checkpoint)) {
-    const auto& ac = config_.activation_checkpoint;
-    spdlog::info("activation checkpointing {}{}: {} of {} blocks recompute their activations in backward{}",
-                 config::name_of(ac.mode), ac.mode == config::ActivationCheckpointMode::kSelective ? " " + ac.selective_ac_option : "",
-                 wrapped, model_->layers->size(),
-                 ac.mode == config::ActivationCheckpointMode::kSelective && ac.selective_ac_option == "op"
-                     ? " (except matmul, attention and tp reduce-scatter outputs, kept)" : "");
-  }
-  if (!dist_) return;
-  const auto& dims = dist_->dims;
-  if (dims.fsdp_enabled()) {
-    // Every rank built the same full model from the same seed, so each can take its own shard
-    // without a broadcast.
-    parallel::fsdp::MeshGroups groups{dist_->mesh->group("dp_shard"),
-                                      dims.dp_replicate > 1 ? dist_->mesh->group("dp_replicate") : nullptr};
-    shard_group_ = groups.shard;
-    parallel::fsdp::MixedPrecisionPolicy mp{
-        bf16_ ? torch::kBFloat16 : torch::kFloat,
-        config_.training.mixed_precision_reduce};
-    const auto& p = config_.parallelism;
-    data_parallel_ = parallel::apply_fsdp(*model_, std::move(groups), mp, p.fsdp_reshard_after_forward, dims.pp_enabled());
-    sync_every_microbatch_ = p.fsdp_gradient_sync == config::GradientSync::kEveryMicrobatch;
-    spdlog::info("{} over dp_shard {} x dp_replicate {}: params {}, reduce {}, reshard_after_forward {}, "
-                 "gradient sync {}", dims.dp_replicate > 1 ? "HSDP" : "FSDP", dims.dp_shard, dims.dp_replicate,
-                 *dtype_name(mp.param_dtype), *dtype_name(mp.reduce_dtype), config::name_of(p.fsdp_reshard_after_forward),
-                 config::name_of(p.fsdp_gradient_sync));
-  } else if (dims.ddp_enabled()) {
-    std::vector<std::pair<std::string, torch::Tensor>> named;
-    for (const auto& item : model_->named_parameters()) named.emplace_back(item.key(), item.value());
-    auto ddp = std::make_unique<parallel::DistributedDataParallel>(std::move(named), dp_group_,
-                                                                   config_.parallelism.bucket_cap_mb);
-    spdlog::info("DDP over {} replicas, {} gradient buckets of <= {} MB", dims.dp_replicate, ddp->num_buckets(),
-                 config_.parallelism.bucket_cap_mb);
-    data_parallel_ = std::move(ddp);
-  }
-}
-
-void Trainer::setup_pipeline() {
-  auto stage = parallel::pipeline::split_into_stages(*model_, config_, int(dist_->mesh->local_rank("pp")));
-  if (!stage.plan.warning.empty()) spdlog::warn("{}", stage.plan.warning);
-  spdlog::info("{}", stage.describe());
-  more_stage_models_ = std::move(stage.more_models);
-  stage_models_[stage.stages[0]] = model_.get();
-  for (size_t k = 1; k < stage.stages.size(); ++k) stage_models_[stage.stages[k]] = more_stage_models_[k - 1].get();
-  const auto& args = model_->args();
-  // The residual stream's dtype crosses: fp32 (embeddings are not autocast, and bf16 autocast
-  // adds the blocks' outputs onto fp32), or FSDP's param_dtype, in which the embeddings compute.
-  const auto dtype = bf16_ && dist_->dims.fsdp_enabled() ? torch::kBFloat16 : torch::kFloat;
-  // Under TP the stream between blocks is sequence parallel: each tp rank sends its T/tp rows to
-  // the same tp rank of the next stage.
-  parallel::pipeline::BoundarySpec boundary{{config_.parallelism.pipeline_parallel_microbatch_size,
-                                             config_.training.seq_len / dist_->dims.tp, args.dim},
-                                            dtype, device_};
-  parallel::pipeline::StageFunctions functions{
-      [this](int stage, const torch::Tensor& input) {
-        AutocastGuard autocast(bf16_, device_.type());
-        return stage_models_.at(stage)->forward(input);
-      },
-      [this](const torch::Tensor& logits, const torch::Tensor& labels) {
-        AutocastGuard autocast(bf16_, device_.type());
-        return summed_loss(logits, labels);
-      },
-      // FSDP (applied after this, per stage): one reduce-scatter per step, after the stage's
-      // last backward; the gathered parameters stay for the microbatches' backwards until then.
-      [this](bool last, bool sync) {
-        if (!data_parallel_) return;
-        data_parallel_->set_requires_gradient_sync(sync);
-        data_parallel_->set_reshard_after_backward(last);
-      }};
-  pipeline_ = std::make_unique<parallel::pipeline::PipelineRuntime>(stage.plan.shape, stage.plan.kind, stage.pp_rank,
-                                                                    dist_->mesh->group("pp"), std::move(boundary),
-                                                                    std::move(functions));
-}
-
 double Trainer::link_bytes_per_second() const {
   if (config_.comm.link_gbytes_per_s > 0) return config_.comm.link_gbytes_per_s * 1e9;
   auto group = dp_group_ ? dp_group_ : dist_->world;
@@ -307,16 +212,6 @@ torch::Tensor Trainer::summed_loss(const torch::Tensor& logits, const torch::Ten
   return summed_cross_entropy(logits, labels);  // logits (B, T, V)
 }
 
-GradNormGroups Trainer::make_grad_norm_groups() const {
-  GradNormGroups groups{shard_group_.get(), nullptr, {}};
-  if (pipeline_) groups.pp = dist_->mesh->group("pp").get();
-  if (tensor_parallel_) {
-    groups.tp = &tensor_parallel_->group();
-    for (const auto& [fqn, p] : trained_parameters()) groups.tp_replicated.push_back(tensor_parallel_->replicated(fqn));
-  }
-  return groups;
-}
-
 std::unique_ptr<data::PackedLoader> Trainer::make_loader(const std::string& path, const std::string& format,
                                                          const std::string& key) const {
   auto stream = data::open_token_stream(path, format, tokenizer_, key);
@@ -368,26 +263,17 @@ std::pair<torch::Tensor, torch::Tensor> Trainer::forward_backward(const std::vec
   auto denominator = global_tokens.clamp_min(1).to(torch::kFloat);
 
   auto loss_total = torch::zeros({}, torch::TensorOptions(torch::kFloat).device(device_));
-  if (pipeline_) {
-    // Each accumulation batch is one schedule run over its pipeline microbatches; the last
-    // stage divides by the same global token count, so nothing is rescaled afterwards.
-    for (size_t i = 0; i < microbatches.size(); ++i) {
-      const bool reduce = i + 1 == microbatches.size() || sync_every_microbatch_;
-      loss_total += pipeline_->run(microbatches[i].inputs, microbatches[i].labels, denominator, reduce);
-    }
-    const auto times = pipeline_->take_times();
-    metrics_->add_pipeline_seconds(times.busy, times.total);
-    if (data_parallel_) {
-      metrics_->add_comm_seconds(data_parallel_->take_exposed_comm_seconds());
-      metrics_->add_grad_sync_seconds(data_parallel_->take_grad_sync_seconds());
-    }
-    return {loss_total, loss_total * denominator / rank_tokens.clamp_min(1).to(torch::kFloat)};
-  }
   for (size_t i = 0; i < microbatches.size(); ++i) {
     const auto& mb = microbatches[i];
-    const bool last = i + 1 == microbatches.size();
     // Delayed sync reduces once, after the last microbatch; every_microbatch reduces each one.
-    if (data_parallel_) data_parallel_->set_requires_gradient_sync(last || sync_every_microbatch_);
+    const bool sync = i + 1 == microbatches.size() || sync_every_microbatch_;
+    if (pipeline_) {
+      // One schedule run over this batch's pipeline microbatches; the last stage divides by the
+      // same global token count, so nothing is rescaled afterwards.
+      loss_total += pipeline_->run(mb.inputs, mb.labels, denominator, sync);
+      continue;
+    }
+    if (data_parallel_) data_parallel_->set_requires_gradient_sync(sync);
     torch::Tensor loss;
     {
       AutocastGuard autocast(bf16_, device_.type());
@@ -396,6 +282,10 @@ std::pair<torch::Tensor, torch::Tensor> Trainer::forward_backward(const std::vec
     }
     loss.backward();
     loss_total += loss.detach();
+  }
+  if (pipeline_) {
+    const auto times = pipeline_->take_times();
+    metrics_->add_pipeline_seconds(times.busy, times.total);
   }
   if (data_parallel_) {
     metrics_->add_comm_seconds(data_parallel_->take_exposed_comm_seconds());
