@@ -32,6 +32,13 @@ std::string timeout_message(const detail::WorkState& s) {
                      missing.empty() ? "" : "; " + missing);
 }
 
+// A backend's failure as one line. Gloo's own timeout (fixed when the group was created, or a
+// send/recv's wait) reads as ours, with its text.
+std::string failure_message(const detail::WorkState& s, const std::string& what) {
+  const bool timed_out = what.find("Timed out") != std::string::npos || what.find("timed out") != std::string::npos;
+  return timed_out ? timeout_message(s) + " (" + what + ")" : fmt::format("collective failed: {}: {}", s.label, what);
+}
+
 // Runs on the backend thread that completed the collective (or inline if it already had).
 void complete(const std::shared_ptr<detail::WorkState>& s, std::exception_ptr error) {
   std::function<void()> finish;
@@ -94,11 +101,7 @@ void Work::wait() {
   s.stats->add_seconds(s.stats_key,
                        s.issue_seconds + std::chrono::duration<double>(Clock::now() - start).count());
   if (error) {
-    auto what = what_of(error);
-    // Gloo's own timeout (fixed when the group was created) can fire before ours.
-    auto message = what.find("Timed out") != std::string::npos
-                       ? timeout_message(s) + " (" + what + ")"
-                       : fmt::format("collective failed: {}: {}", s.label, what);
+    auto message = failure_message(s, what_of(error));  // Gloo's timeout can fire before ours
     s.health->mark_failed(message);
     throw CommError(message);
   }
@@ -138,26 +141,22 @@ void Work::wait_in_backend() {
   }
   // Receives are posted ahead of need, so the deadline counts from here, not from the issue.
   const auto deadline = start + s.timeout;
-  std::string failure;
-  bool timed_out = false;
+  std::string message;  // "" on success
   try {
     for (auto& backend : s.backends) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0 || !backend->wait(left)) {
-        timed_out = true;
+        message = timeout_message(s);
         break;
       }
     }
   } catch (const std::exception& e) {
-    failure = first_line(e.what());
-    timed_out = failure.find("Timed out") != std::string::npos || failure.find("timed out") != std::string::npos;
+    message = failure_message(s, first_line(e.what()));
   }
   s.stats->add_seconds(s.stats_key, s.issue_seconds + std::chrono::duration<double>(Clock::now() - start).count());
-  if (timed_out || !failure.empty()) {
+  if (!message.empty()) {
     // The transport may still write into the buffers (a receive stays posted), so they stay
     // held, and the group is unusable from here on.
-    auto message = timed_out ? timeout_message(s) + (failure.empty() ? "" : " (" + failure + ")")
-                             : fmt::format("collective failed: {}: {}", s.label, failure);
     s.health->mark_failed(message);
     throw CommError(message);
   }

@@ -20,7 +20,7 @@ std::string text_of(const Action& a) { return to_string(std::vector<Action>{a});
 PipelineRuntime::PipelineRuntime(PipeShape shape, ScheduleKind kind, int pp_rank,
                                  std::shared_ptr<distributed::Communicator> pp_group, BoundarySpec boundary,
                                  StageFunctions stage)
-    : shape_(shape), pp_rank_(pp_rank), group_(std::move(pp_group)), boundary_(std::move(boundary)),
+    : shape_(shape), kind_(kind), pp_rank_(pp_rank), group_(std::move(pp_group)), boundary_(std::move(boundary)),
       stage_(std::move(stage)) {
   // Every rank lowers every rank's plan the same way, so each knows what its peers post.
   actions_ = lower(compute_orders(kind, shape_), shape_).at(size_t(pp_rank_));
@@ -30,13 +30,17 @@ PipelineRuntime::PipelineRuntime(PipeShape shape, ScheduleKind kind, int pp_rank
   for (int s = pp_rank_; s < shape_.stages(); s += shape_.pp) local_stages_.push_back(s);
 }
 
-torch::Tensor PipelineRuntime::evaluate(const torch::Tensor& inputs, const torch::Tensor& labels) {
-  torch::NoGradGuard no_grad;
+int64_t PipelineRuntime::microbatch_rows(const torch::Tensor& inputs) const {
   if (inputs.size(0) % shape_.microbatches != 0) {
     throw std::logic_error(fmt::format("pipeline: a local batch of {} rows does not split into {} microbatches",
                                        inputs.size(0), shape_.microbatches));
   }
-  const int64_t rows = inputs.size(0) / shape_.microbatches;
+  return inputs.size(0) / shape_.microbatches;
+}
+
+torch::Tensor PipelineRuntime::evaluate(const torch::Tensor& inputs, const torch::Tensor& labels) {
+  torch::NoGradGuard no_grad;
+  const int64_t rows = microbatch_rows(inputs);
   auto loss_sum = torch::zeros({}, torch::TensorOptions(torch::kFloat).device(boundary_.device));
   for (int32_t mb = 0; mb < shape_.microbatches; ++mb) {
     for (int s : local_stages_) {
@@ -62,11 +66,7 @@ torch::Tensor PipelineRuntime::run(const torch::Tensor& inputs, const torch::Ten
                                    const torch::Tensor& denominator, bool reduce_grads) {
   const auto start = Clock::now();
   reduce_grads_ = reduce_grads;
-  if (inputs.size(0) % shape_.microbatches != 0) {
-    throw std::logic_error(fmt::format("pipeline: a local batch of {} rows does not split into {} microbatches",
-                                       inputs.size(0), shape_.microbatches));
-  }
-  microbatch_rows_ = inputs.size(0) / shape_.microbatches;
+  microbatch_rows_ = microbatch_rows(inputs);
   auto loss_sum = torch::zeros({}, torch::TensorOptions(torch::kFloat).device(boundary_.device));
   for (size_t i = 0; i < actions_.size(); ++i) {
     const auto& a = actions_[i];

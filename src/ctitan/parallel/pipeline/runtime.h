@@ -15,6 +15,7 @@
 
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/parallel/pipeline/schedule.h"
+#include "ctitan/parallel/pipeline/schedule_sim.h"
 
 namespace ctitan::parallel::pipeline {
 
@@ -67,10 +68,8 @@ class PipelineRuntime {
   // Seconds of the runs since the last call.
   PipelineTimes take_times();
   const std::vector<Action>& actions() const { return actions_; }
-  // The idle share of equal stages in theory: (p - 1) / (v m + p - 1).
-  double theoretical_bubble() const {
-    return double(shape_.pp - 1) / double(shape_.stages_per_rank * shape_.microbatches + shape_.pp - 1);
-  }
+  // The idle share of equal stages in theory (schedule_sim.h).
+  double theoretical_bubble() const { return pipeline::theoretical_bubble(kind_, shape_); }
 
  private:
   using Key = std::pair<int32_t, int32_t>;  // (stage, microbatch)
@@ -86,8 +85,10 @@ class PipelineRuntime {
   void wait_send(const Action& a);
   int peer_rank(const Action& a) const { return shape_.rank_of(peer_stage(a)); }
   torch::Tensor take_received(std::map<Key, Pending>& pending, const Action& a);
+  int64_t microbatch_rows(const torch::Tensor& inputs) const;  // rows of a local batch per microbatch
 
   PipeShape shape_;
+  ScheduleKind kind_;
   int pp_rank_;
   std::shared_ptr<distributed::Communicator> group_;
   BoundarySpec boundary_;
