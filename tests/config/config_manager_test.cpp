@@ -149,6 +149,26 @@ TEST(ConfigManager, FuzzFindingsOneLineMessagesAndLongKeys) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
 }
 
+// A list-of-lists key (torchtitan's module_fqns_per_model_part): TOML's array of arrays in the
+// file, the same literal as an override, printed back by to_toml; any other shape is one line.
+TEST(ConfigManager, ArrayOfStringArraysInFileOverrideAndPrint) {
+  const StringTable parts{{"tok_embeddings", "layers.0"}, {"layers.1", "norm", "output"}};
+  auto from_file = parse_job_config(
+      "[parallelism]\nmodule_fqns_per_model_part = [[\"tok_embeddings\", \"layers.0\"], [\"layers.1\", \"norm\", \"output\"]]\n",
+      "job.toml");
+  EXPECT_EQ(from_file.parallelism.module_fqns_per_model_part, parts);
+  auto from_flag = parse_job_config("", "job.toml", {"--parallelism.module_fqns_per_model_part",
+                                                     R"([["tok_embeddings", "layers.0"], ["layers.1", "norm", "output"]])"});
+  EXPECT_EQ(from_flag.parallelism.module_fqns_per_model_part, parts);
+  EXPECT_EQ(parse_job_config(to_toml(from_flag), "printed").parallelism.module_fqns_per_model_part, parts);
+  EXPECT_TRUE(parse_job_config("", "job.toml").parallelism.module_fqns_per_model_part.empty());
+  const std::string type = "parallelism.module_fqns_per_model_part must be an array of arrays of strings";
+  expect_config_error("[parallelism]\nmodule_fqns_per_model_part = [\"norm\"]\n", {}, type + " (got array)");
+  expect_config_error("[parallelism]\nmodule_fqns_per_model_part = [[1]]\n", {}, type + " (got array)");
+  expect_config_error("", {"--parallelism.module_fqns_per_model_part", "[[\"norm\""}, "--" + type + " (got '[[\"norm\"')");
+  expect_config_error("", {"--parallelism.module_fqns_per_model_part", "[[\"a\"]]\nx = 1"}, "--" + type);
+}
+
 TEST(ConfigManager, MissingFileIsAConfigError) {
   EXPECT_THROW(load_job_config("/nonexistent/job.toml", {}), ConfigError);
 }

@@ -1,7 +1,8 @@
 // Pipeline parallelism through the launcher on loopback, against one process with the same
 // global batch (tests/support/parity.h argues the fp32 bounds): PP(2) with GPipe and 1F1B, with
 // gradient accumulation, with activation checkpointing, Interleaved1F1B, PP(2) x FSDP(2),
-// PP(2) x TP(2), PP(2) x DDP(2), validation, HF export, and the configurations PP refuses.
+// PP(2) x TP(2), PP(2) x DDP(2), Interleaved1F1B with each of them, splits given by
+// module_fqns_per_model_part, validation, HF export, and the configurations PP refuses.
 // The tiny job has 2 layers, so PP(2) runs [tok_embeddings, layers.0] and [layers.1, norm, output].
 //
 // What the bounds catch here: torchtitan's PP bugs scaled the loss by the microbatch count
@@ -81,6 +82,35 @@ TEST(CliPipelineParallel, PpTwoByTpTwoMatchesOneProcess) {
                 concat(concat(pp2("1F1B"), testing::degrees(1, 1, 2)), kBatch4));
 }
 
+// Interleaved1F1B composed: each of a rank's two stages is its own model part with its own FSDP,
+// DDP or TP wrapper (torchtitan's per-model-part fully_shard), each part reducing its gradients
+// once per step after its own last backward. Local batch 2 is 2 microbatches, one round of pp 2.
+TEST(CliPipelineParallel, InterleavedByFsdpTwoMatchesOneProcess) {
+  expect_parity("PP(2)xFSDP(2) Interleaved1F1B", 4,
+                concat(concat(pp2("Interleaved1F1B"), testing::degrees(1, 2)), {"--training.local_batch_size", "2"}));
+}
+
+TEST(CliPipelineParallel, InterleavedByDdpTwoMatchesOneProcess) {
+  expect_parity("PP(2)xDDP(2) Interleaved1F1B", 4,
+                concat(concat(pp2("Interleaved1F1B"), testing::degrees(2, 1)), {"--training.local_batch_size", "2"}));
+}
+
+// parallelism.module_fqns_per_model_part splits norm from output: stage 2 ends on the norm's
+// sequence-parallel shard and stage 3's output gathers it, each part tensor-parallel.
+TEST(CliPipelineParallel, InterleavedByTpTwoWithGivenPartsMatchesOneProcess) {
+  expect_parity("PP(2)xTP(2) Interleaved1F1B, parts [tok_embeddings] [layers.0-1] [norm] [output]", 4,
+                concat(concat(pp2("Interleaved1F1B"), testing::degrees(1, 1, 2)),
+                       {"--training.local_batch_size", "4", "--parallelism.module_fqns_per_model_part",
+                        R"([["tok_embeddings"], ["layers.0", "layers.1"], ["norm"], ["output"]])"}));
+}
+
+// An uneven split given by the user: rank 0 only embeds, rank 1 runs both blocks and the head.
+TEST(CliPipelineParallel, GivenUnevenPartsMatchOneProcess) {
+  expect_parity("PP(2) 1F1B, parts [tok_embeddings] [layers.0-1, norm, output]", 2,
+                concat(pp2("1F1B"), {"--training.local_batch_size", "4", "--parallelism.module_fqns_per_model_part",
+                                     R"([["tok_embeddings"], ["layers.0", "layers.1", "norm", "output"]])"}));
+}
+
 // Validation runs the stages forward in turn, without grad; the last stage's summed loss, summed
 // over pp (the other stages add 0) and divided by the tokens, equals one process's (fp32 bound).
 TEST(CliPipelineParallel, ValidationLossEqualsOneProcess) {
@@ -137,6 +167,9 @@ TEST(CliPipelineParallel, RefusalsAreOneLineBeforeTraining) {
                  "does not equal the world size 2");
   expect_refusal(concat(pp2("Interleaved1F1B"), {"--parallelism.pipeline_parallel_layers_per_stage", "2"}),
                  "parallelism.pipeline_parallel_schedule Interleaved1F1B needs at least 2 stages per rank");
+  expect_refusal(concat(pp2("1F1B"), {"--parallelism.module_fqns_per_model_part",
+                                      R"([["tok_embeddings", "layers.1"], ["layers.0", "norm", "output"]])"}),
+                 "parallelism.module_fqns_per_model_part part 0: 'layers.1' where 'layers.0' comes next");
 }
 
 }  // namespace

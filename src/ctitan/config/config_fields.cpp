@@ -144,6 +144,7 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"parallelism", "pipeline_parallel_layers_per_stage", &c.parallelism.pipeline_parallel_layers_per_stage, "PP: layer slots per stage (sets the stage count); -1 = one stage per rank"},
       {"parallelism", "pipeline_parallel_first_stage_less_layers", &c.parallelism.pipeline_parallel_first_stage_less_layers, "PP: layer slots the embeddings take on the first stage"},
       {"parallelism", "pipeline_parallel_last_stage_less_layers", &c.parallelism.pipeline_parallel_last_stage_less_layers, "PP: layer slots norm and output take on the last stage"},
+      {"parallelism", "module_fqns_per_model_part", &c.parallelism.module_fqns_per_model_part, "PP: each stage's modules in forward order, a TOML array of arrays; [] = derived"},
       {"parallelism", "bucket_cap_mb", &c.parallelism.bucket_cap_mb, "DDP gradient bucket size"},
       {"parallelism", "fsdp_reshard_after_forward", choice(&c.parallelism.fsdp_reshard_after_forward, kReshardModes), "FSDP: free a block's gathered parameters after its forward"},
       {"parallelism", "fsdp_gradient_sync", choice(&c.parallelism.fsdp_gradient_sync, kGradientSyncs), "FSDP with accumulation: reduce-scatter every microbatch, or only the last"},

@@ -19,10 +19,13 @@ struct Choice {
   std::string allowed() const;      // "a, b or c", for error messages
 };
 
+// A list of lists of strings (parallelism.module_fqns_per_model_part); a TOML array of arrays.
+using StringTable = std::vector<std::vector<std::string>>;
+
 struct Field {
   std::string section;
   std::string key;
-  std::variant<int64_t*, double*, bool*, std::string*, Choice> target;
+  std::variant<int64_t*, double*, bool*, std::string*, StringTable*, Choice> target;
   std::string help;  // one line, shown by `ctitan train --help`
   std::string dotted() const { return section + "." + key; }
 };

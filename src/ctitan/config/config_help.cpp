@@ -17,6 +17,7 @@ std::string type_and_default(const Field& f) {
     std::string operator()(double* v) const { return fmt::format("number = {}", *v); }
     std::string operator()(bool* v) const { return fmt::format("boolean = {}", *v); }
     std::string operator()(std::string* v) const { return fmt::format("string = \"{}\"", *v); }
+    std::string operator()(StringTable* v) const { return fmt::format("array of string arrays = {}", *v); }
     std::string operator()(const Choice& c) const {
       return fmt::format("{} = {}", fmt::join(c.names, "|"), c.names.at(c.current()));
     }

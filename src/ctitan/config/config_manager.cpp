@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <toml++/toml.h>
 
@@ -37,6 +38,7 @@ std::string type_name(const Field& f) {
     std::string operator()(double*) const { return "a number"; }
     std::string operator()(bool*) const { return "a boolean"; }
     std::string operator()(std::string*) const { return "a string"; }
+    std::string operator()(StringTable*) const { return "an array of arrays of strings"; }
     std::string operator()(const Choice& c) const { return c.allowed(); }
   };
   return std::visit(Visitor{}, f.target);
@@ -57,6 +59,33 @@ bool set_choice(const Choice& c, const std::string& text) {
 std::string did_you_mean(const std::string& dotted) {
   auto near = nearest_key(dotted);
   return near ? fmt::format(" (did you mean {}?)", *near) : "";
+}
+
+// [["a", "b"], ["c"]] as a StringTable; nullopt when any level has another type.
+std::optional<StringTable> string_table(const toml::node& node) {
+  const toml::array* outer = node.as_array();
+  if (!outer) return std::nullopt;
+  StringTable table;
+  for (const toml::node& row_node : *outer) {
+    const toml::array* row = row_node.as_array();
+    if (!row) return std::nullopt;
+    auto& out = table.emplace_back();
+    for (const toml::node& cell : *row) {
+      if (!cell.is_string()) return std::nullopt;
+      out.push_back(*cell.value<std::string>());
+    }
+  }
+  return table;
+}
+
+toml::array to_toml_array(const StringTable& table) {
+  toml::array outer;
+  for (const auto& row : table) {
+    toml::array inner;
+    for (const auto& cell : row) inner.push_back(cell);
+    outer.push_back(std::move(inner));
+  }
+  return outer;
 }
 
 void set_from_toml(Field& f, const toml::node& node, const std::string& origin) {
@@ -84,6 +113,11 @@ void set_from_toml(Field& f, const toml::node& node, const std::string& origin) 
         } else if constexpr (std::is_same_v<T, bool>) {
           if (node.is_boolean()) {
             *target = *node.value<bool>();
+            return true;
+          }
+        } else if constexpr (std::is_same_v<T, StringTable>) {
+          if (auto table = string_table(node)) {
+            *target = std::move(*table);
             return true;
           }
         } else {
@@ -143,6 +177,16 @@ void set_from_string(Field& f, const std::string& text) {
           if (text == "true" || text == "1") *target = true;
           else if (text == "false" || text == "0") *target = false;
           else fail();
+        } else if constexpr (std::is_same_v<T, StringTable>) {
+          // The override is written as in the file: '[["tok_embeddings", "layers.0"], ["layers.1"]]'.
+          std::optional<StringTable> table;
+          try {
+            toml::table parsed = toml::parse("v = " + text);
+            if (parsed.size() == 1 && parsed.get("v")) table = string_table(*parsed.get("v"));
+          } catch (const toml::parse_error&) {
+          }
+          if (!table) fail();
+          *target = std::move(*table);
         } else {
           std::istringstream in(text);
           T value{};
@@ -378,6 +422,8 @@ std::string to_toml(const JobConfig& config) {
         [&](const auto& v) {
           if constexpr (std::is_same_v<std::decay_t<decltype(v)>, Choice>) {
             sections[f.section].insert_or_assign(f.key, v.names.at(v.current()));
+          } else if constexpr (std::is_same_v<std::decay_t<decltype(v)>, StringTable*>) {
+            sections[f.section].insert_or_assign(f.key, to_toml_array(*v));
           } else {
             sections[f.section].insert_or_assign(f.key, *v);
           }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ctitan::config {
 
@@ -116,6 +117,9 @@ struct Parallelism {
   int64_t pipeline_parallel_layers_per_stage = -1;   // -1: one stage per rank (two for interleaved)
   int64_t pipeline_parallel_first_stage_less_layers = 1;  // layer slots the embeddings count for
   int64_t pipeline_parallel_last_stage_less_layers = 1;   // layer slots norm + output count for
+  // The stages' modules in forward order, overriding the weighted split above, e.g.
+  // [["tok_embeddings", "layers.0"], ["layers.1", "norm", "output"]]. Empty: derived.
+  std::vector<std::vector<std::string>> module_fqns_per_model_part;
   double bucket_cap_mb = 25.0;                  // DDP gradient bucket size
   ReshardAfterForward fsdp_reshard_after_forward = ReshardAfterForward::kDefault;  // default | always | never
   GradientSync fsdp_gradient_sync = GradientSync::kEveryMicrobatch;  // every_microbatch | last_microbatch

@@ -13,10 +13,12 @@ std::unique_ptr<fsdp::FSDPModule> apply_fsdp(models::llama::TransformerImpl& mod
   for (auto* block : model.blocks()) {
     fsdp->fully_shard({{"layers." + std::to_string(block->layer_id), block}}, reshard_blocks);
   }
-  if (model.output) {
-    fsdp->fully_shard({{"norm", model.norm.ptr().get()}, {"output", model.output.ptr().get()}},
-                      reshard_after_forward == config::ReshardAfterForward::kAlways);
-  }
+  // norm and output are one group, as torchtitan's; a pipeline split between them
+  // (module_fqns_per_model_part) leaves each stage its own.
+  std::vector<std::pair<std::string, const torch::nn::Module*>> head;
+  if (model.norm) head.emplace_back("norm", model.norm.ptr().get());
+  if (model.output) head.emplace_back("output", model.output.ptr().get());
+  if (!head.empty()) fsdp->fully_shard(head, reshard_after_forward == config::ReshardAfterForward::kAlways);
   fsdp->fully_shard_root(model);
   return fsdp;
 }

@@ -170,8 +170,7 @@ double Trainer::link_bytes_per_second() const {
 std::vector<std::pair<std::string, torch::Tensor>> Trainer::trained_parameters() const {
   if (data_parallel_) return data_parallel_->parameters_to_optimize();
   std::vector<std::pair<std::string, torch::Tensor>> named;
-  for (const auto& item : model_->named_parameters()) named.emplace_back(item.key(), item.value());
-  for (const auto& part : more_stage_models_) {  // an interleaved schedule's other stages: FQNs disjoint
+  for (auto* part : model_parts()) {  // an interleaved schedule's stages have disjoint FQNs
     for (const auto& item : part->named_parameters()) named.emplace_back(item.key(), item.value());
   }
   return named;

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -75,6 +76,12 @@ class Trainer {
   void setup_parallelism();
   // Keeps this rank's pipeline stage of model_ and builds pipeline_ (pp > 1).
   void setup_pipeline();
+  // model_, then an interleaved schedule's other stages of this rank: what TP, AC and data
+  // parallelism are applied to, each part on its own.
+  std::vector<models::llama::TransformerImpl*> model_parts() const;
+  // One data-parallel wrapper per model part, seen by the trainer as one (DataParallelParts).
+  std::unique_ptr<parallel::DataParallel> wrap_each_part(
+      const std::function<std::unique_ptr<parallel::DataParallel>(models::llama::TransformerImpl&)>& wrap);
   // A ConfigError with the numbers when `ctitan estimate`'s memory walk says the step cannot fit
   // in this rank's share of the machine's memory (CPU runs without TP or AC), before anything
   // is allocated.
@@ -107,6 +114,9 @@ class Trainer {
   // stages are more_stage_models_; stage_models_ maps every stage of this rank to its model.
   std::vector<models::llama::Transformer> more_stage_models_;
   std::map<int, models::llama::TransformerImpl*> stage_models_;
+  std::vector<int> stage_of_part_;  // model_parts()[i] is stage stage_of_part_[i]
+  // Each local stage's data-parallel wrapper (in data_parallel_), for the schedule's per-stage sync.
+  std::map<int, parallel::DataParallel*> stage_data_parallel_;
   std::unique_ptr<parallel::pipeline::PipelineRuntime> pipeline_;  // null without PP
   // Tensor parallelism over the mesh's tp group; null without it. After model_: destroyed first.
   std::unique_ptr<parallel::tp::TensorParallel> tensor_parallel_;

@@ -6,6 +6,7 @@
 #include "ctitan/common/dtype_names.h"
 #include "ctitan/config/config_fields.h"
 #include "ctitan/parallel/activation_checkpoint.h"
+#include "ctitan/parallel/data_parallel_parts.h"
 #include "ctitan/parallel/ddp.h"
 #include "ctitan/parallel/parallelize_llama.h"
 #include "ctitan/parallel/pipeline/pipeline_parallel.h"
@@ -24,7 +25,7 @@ void Trainer::setup_parallelism() {
     const bool loss_parallel = !config_.parallelism.disable_loss_parallel;
     const bool async = config_.parallelism.enable_async_tensor_parallel;
     tensor_parallel_ =
-        std::make_unique<parallel::tp::TensorParallel>(*model_, dist_->mesh->group("tp"), loss_parallel, async);
+        std::make_unique<parallel::tp::TensorParallel>(model_parts(), dist_->mesh->group("tp"), loss_parallel, async);
     spdlog::info("TP over {} ranks: column-wise wq/wk/wv/w1/w3, row-wise wo/w2, sequence-parallel norms, "
                  "vocab-sharded embeddings and output, loss parallel {}{}", dist_->dims.tp,
                  loss_parallel ? "on" : "off (logits all-gathered)",
@@ -51,21 +52,48 @@ void Trainer::setup_parallelism() {
         bf16_ ? torch::kBFloat16 : torch::kFloat,
         config_.training.mixed_precision_reduce};
     const auto& p = config_.parallelism;
-    data_parallel_ = parallel::apply_fsdp(*model_, std::move(groups), mp, p.fsdp_reshard_after_forward, dims.pp_enabled());
+    data_parallel_ = wrap_each_part([&](models::llama::TransformerImpl& part) -> std::unique_ptr<parallel::DataParallel> {
+      return parallel::apply_fsdp(part, groups, mp, p.fsdp_reshard_after_forward, dims.pp_enabled());
+    });
     sync_every_microbatch_ = p.fsdp_gradient_sync == config::GradientSync::kEveryMicrobatch;
     spdlog::info("{} over dp_shard {} x dp_replicate {}: params {}, reduce {}, reshard_after_forward {}, "
                  "gradient sync {}", dims.dp_replicate > 1 ? "HSDP" : "FSDP", dims.dp_shard, dims.dp_replicate,
                  *dtype_name(mp.param_dtype), *dtype_name(mp.reduce_dtype), config::name_of(p.fsdp_reshard_after_forward),
                  config::name_of(p.fsdp_gradient_sync));
   } else if (dims.ddp_enabled()) {
-    std::vector<std::pair<std::string, torch::Tensor>> named;
-    for (const auto& item : model_->named_parameters()) named.emplace_back(item.key(), item.value());
-    auto ddp = std::make_unique<parallel::DistributedDataParallel>(std::move(named), dp_group_,
-                                                                   config_.parallelism.bucket_cap_mb);
-    spdlog::info("DDP over {} replicas, {} gradient buckets of <= {} MB", dims.dp_replicate, ddp->num_buckets(),
+    size_t buckets = 0;
+    data_parallel_ = wrap_each_part([&](models::llama::TransformerImpl& part) -> std::unique_ptr<parallel::DataParallel> {
+      std::vector<std::pair<std::string, torch::Tensor>> named;
+      for (const auto& item : part.named_parameters()) named.emplace_back(item.key(), item.value());
+      auto ddp = std::make_unique<parallel::DistributedDataParallel>(std::move(named), dp_group_,
+                                                                     config_.parallelism.bucket_cap_mb);
+      buckets += ddp->num_buckets();
+      return ddp;
+    });
+    spdlog::info("DDP over {} replicas, {} gradient buckets of <= {} MB", dims.dp_replicate, buckets,
                  config_.parallelism.bucket_cap_mb);
-    data_parallel_ = std::move(ddp);
   }
+}
+
+std::vector<models::llama::TransformerImpl*> Trainer::model_parts() const {
+  std::vector<models::llama::TransformerImpl*> parts{model_.ptr().get()};
+  for (const auto& part : more_stage_models_) parts.push_back(part.ptr().get());
+  return parts;
+}
+
+std::unique_ptr<parallel::DataParallel> Trainer::wrap_each_part(
+    const std::function<std::unique_ptr<parallel::DataParallel>(models::llama::TransformerImpl&)>& wrap) {
+  const auto parts = model_parts();
+  if (parts.size() == 1) {
+    auto wrapped = wrap(*parts.front());
+    if (pipeline_) stage_data_parallel_[stage_of_part_.at(0)] = wrapped.get();
+    return wrapped;
+  }
+  std::vector<std::unique_ptr<parallel::DataParallel>> wrapped;
+  for (auto* part : parts) wrapped.push_back(wrap(*part));
+  auto all = std::make_unique<parallel::DataParallelParts>(std::move(wrapped));
+  for (size_t i = 0; i < parts.size(); ++i) stage_data_parallel_[stage_of_part_.at(i)] = &all->part(i);
+  return all;
 }
 
 void Trainer::setup_pipeline() {
@@ -73,6 +101,7 @@ void Trainer::setup_pipeline() {
   if (!stage.plan.warning.empty()) spdlog::warn("{}", stage.plan.warning);
   spdlog::info("{}", stage.describe());
   more_stage_models_ = std::move(stage.more_models);
+  stage_of_part_ = stage.stages;
   stage_models_[stage.stages[0]] = model_.get();
   for (size_t k = 1; k < stage.stages.size(); ++k) stage_models_[stage.stages[k]] = more_stage_models_[k - 1].get();
   const auto& args = model_->args();
@@ -93,12 +122,13 @@ void Trainer::setup_pipeline() {
         AutocastGuard autocast(bf16_, device_.type());
         return summed_loss(logits, labels);
       },
-      // FSDP (applied after this, per stage): one reduce-scatter per step, after the stage's
-      // last backward; the gathered parameters stay for the microbatches' backwards until then.
-      [this](bool last, bool sync) {
-        if (!data_parallel_) return;
-        data_parallel_->set_requires_gradient_sync(sync);
-        data_parallel_->set_reshard_after_backward(last);
+      // FSDP or DDP (applied after this, per stage): one reduction per step, after the stage's
+      // last backward; FSDP's gathered parameters stay for the microbatches' backwards until then.
+      [this](int stage, bool last, bool sync) {
+        auto it = stage_data_parallel_.find(stage);
+        if (it == stage_data_parallel_.end()) return;
+        it->second->set_requires_gradient_sync(sync);
+        it->second->set_reshard_after_backward(last);
       }};
   pipeline_ = std::make_unique<parallel::pipeline::PipelineRuntime>(stage.plan.shape, stage.plan.kind, stage.pp_rank,
                                                                     dist_->mesh->group("pp"), std::move(boundary),

@@ -209,3 +209,53 @@ TEST(PipelineStageSplit, DescribeStageCollapsesRunsOfBlocks) {
 
 }  // namespace
 }  // namespace ctitan::parallel::pipeline
+
+namespace ctitan::parallel::pipeline {
+namespace {
+
+PipelinePlanInput with_parts(const std::string& schedule, Parts parts) {
+  auto in = input(2, 2, schedule);
+  in.module_fqns_per_model_part = std::move(parts);
+  return in;
+}
+
+// parallelism.module_fqns_per_model_part replaces the weighted split, and sets the stage count.
+TEST(PipelineStageSplit, GivenPartsAreTheStages) {
+  const Parts uneven{{"tok_embeddings"}, {"layers.0", "layers.1", "norm", "output"}};
+  EXPECT_EQ(plan_pipeline(with_parts("1F1B", uneven)).module_fqns_per_stage, uneven);
+  // Four parts over pp 2 is two stages per rank; norm and output may sit on different stages.
+  const Parts four{{"tok_embeddings"}, {"layers.0", "layers.1"}, {"norm"}, {"output"}};
+  auto plan = plan_pipeline(with_parts("Interleaved1F1B", four));
+  EXPECT_EQ(plan.module_fqns_per_stage, four);
+  EXPECT_EQ(plan.shape.stages_per_rank, 2);
+  EXPECT_EQ(plan.stages_of_rank(1), (std::vector<int>{1, 3}));
+}
+
+// Each part, module and count mistake is one line naming the part and the module.
+TEST(PipelineStageSplit, GivenPartsRefusalsByExactText) {
+  const std::string key = "parallelism.module_fqns_per_model_part";
+  expect_refusal(with_parts("1F1B", {{"tok_embeddings", "layers.1"}, {"layers.0", "norm", "output"}}),
+                 key + " part 0: 'layers.1' where 'layers.0' comes next; list every module once, in forward order");
+  expect_refusal(with_parts("1F1B", {{"tok_embeddings", "layers.0"}, {"layers.1", "norm", "head"}}),
+                 key + " part 1: 'head' is not a module of the model (tok_embeddings, layers.0-1, norm, output)");
+  expect_refusal(with_parts("1F1B", {{"tok_embeddings", "layers.0"}, {"layers.1", "norm"}}),
+                 key + " leaves out 'output' and what follows it; list every module once, in forward order");
+  expect_refusal(with_parts("1F1B", {{"tok_embeddings", "layers.0", "layers.1", "norm", "output"}, {}}),
+                 key + " part 1 is empty; every stage needs a module");
+  expect_refusal(with_parts("1F1B", {{"tok_embeddings", "layers.0"}, {"layers.0", "layers.1", "norm", "output"}}),
+                 key + " part 1: 'layers.0' where 'layers.1' comes next; list every module once, in forward order");
+  expect_refusal(with_parts("1F1B", {{"tok_embeddings"}, {"layers.0"}, {"layers.1", "norm", "output"}}),
+                 key + " has 3 parts, not a multiple of pipeline_parallel_degree 2");
+  expect_refusal(with_parts("GPipe", {{"tok_embeddings"}, {"layers.0"}, {"layers.1"}, {"norm", "output"}}),
+                 key + " has 4 parts, but pipeline_parallel_schedule GPipe runs one stage per rank (2 parts); "
+                       "use Interleaved1F1B for more");
+  expect_refusal(with_parts("Interleaved1F1B", {{"tok_embeddings", "layers.0"}, {"layers.1", "norm", "output"}}),
+                 key + " has 2 parts, but pipeline_parallel_schedule Interleaved1F1B needs at least 2 stages per "
+                       "rank (4 parts or more)");
+  auto both = with_parts("1F1B", {{"tok_embeddings", "layers.0"}, {"layers.1", "norm", "output"}});
+  both.layers_per_stage = 2;
+  expect_refusal(both, key + " and pipeline_parallel_layers_per_stage 2 both set the stages; set one of them");
+}
+
+}  // namespace
+}  // namespace ctitan::parallel::pipeline

@@ -17,29 +17,8 @@ PipelinePlanInput plan_input(const config::JobConfig& config, int64_t n_layers) 
           int(p.pipeline_parallel_microbatch_size),
           int(p.pipeline_parallel_layers_per_stage),
           int(p.pipeline_parallel_first_stage_less_layers),
-          int(p.pipeline_parallel_last_stage_less_layers)};
-}
-
-void refuse_unsupported(const config::JobConfig& config, const PipelinePlan& plan) {
-  const auto& p = config.parallelism;
-  const int64_t pp = p.pipeline_parallel_degree;
-  auto refuse = [&](const std::string& what) {
-    throw ConfigError(fmt::format("parallelism.pipeline_parallel_degree {} with {} is not supported yet (issue #15)",
-                                  pp, what));
-  };
-  // Several stages per rank are several model parts; DDP, FSDP and TP wrap one part per rank so far.
-  if (plan.shape.stages_per_rank > 1) {
-    auto with = p.data_parallel_shard_degree > 1
-                    ? fmt::format("data_parallel_shard_degree {} (FSDP)", p.data_parallel_shard_degree)
-                : p.data_parallel_replicate_degree > 1
-                    ? fmt::format("data_parallel_replicate_degree {} (DDP)", p.data_parallel_replicate_degree)
-                : p.tensor_parallel_degree > 1 ? fmt::format("tensor_parallel_degree {} (TP)", p.tensor_parallel_degree)
-                                               : "";
-    if (!with.empty()) {
-      refuse(fmt::format("{} stages per rank (pipeline_parallel_schedule {}) and {}", plan.shape.stages_per_rank,
-                         schedule_name(plan.kind), with));
-    }
-  }
+          int(p.pipeline_parallel_last_stage_less_layers),
+          p.module_fqns_per_model_part};
 }
 
 std::string PipelineStages::describe() const {
@@ -56,7 +35,6 @@ std::string PipelineStages::describe() const {
 PipelineStages split_into_stages(models::llama::TransformerImpl& model, const config::JobConfig& config, int pp_rank) {
   PipelineStages out;
   out.plan = plan_pipeline(plan_input(config, model.args().n_layers));
-  refuse_unsupported(config, out.plan);
   out.pp_rank = pp_rank;
   out.microbatch_size = config.parallelism.pipeline_parallel_microbatch_size;
   out.stages = out.plan.stages_of_rank(pp_rank);

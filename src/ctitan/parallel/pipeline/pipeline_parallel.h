@@ -15,10 +15,6 @@ namespace ctitan::parallel::pipeline {
 // The plan's inputs from the config.
 PipelinePlanInput plan_input(const config::JobConfig& config, int64_t n_layers);
 
-// ConfigError for what pipeline parallelism does not compose with yet (DDP, FSDP or TP with
-// several stages per rank), one line naming the keys.
-void refuse_unsupported(const config::JobConfig& config, const PipelinePlan& plan);
-
 struct PipelineStages {
   PipelinePlan plan;
   int pp_rank = 0;
@@ -30,7 +26,7 @@ struct PipelineStages {
   std::string describe() const;
 };
 
-// Plans, refuses what is not supported, and turns `model` into the first stage of `pp_rank`
+// Plans (ConfigError for a plan that cannot run) and turns `model` into the first stage of `pp_rank`
 // (copies of it into the others first).
 PipelineStages split_into_stages(models::llama::TransformerImpl& model, const config::JobConfig& config, int pp_rank);
 

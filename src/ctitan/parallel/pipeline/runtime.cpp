@@ -24,9 +24,11 @@ PipelineRuntime::PipelineRuntime(PipeShape shape, ScheduleKind kind, int pp_rank
       stage_(std::move(stage)) {
   // Every rank lowers every rank's plan the same way, so each knows what its peers post.
   actions_ = lower(compute_orders(kind, shape_), shape_).at(size_t(pp_rank_));
+  std::map<int32_t, size_t> last_backward_of_stage;
   for (size_t i = 0; i < actions_.size(); ++i) {
-    if (actions_[i].op == Op::B) last_backward_ = i;
+    if (actions_[i].op == Op::B) last_backward_of_stage[actions_[i].stage] = i;
   }
+  for (const auto& [stage, index] : last_backward_of_stage) last_backwards_.insert(index);
   for (int s = pp_rank_; s < shape_.stages(); s += shape_.pp) local_stages_.push_back(s);
 }
 
@@ -74,7 +76,7 @@ torch::Tensor PipelineRuntime::run(const torch::Tensor& inputs, const torch::Ten
       case Op::RecvF:
       case Op::RecvB: post_receive(a); break;
       case Op::F: forward(a, inputs, labels, denominator, loss_sum); break;
-      case Op::B: backward(a, i == last_backward_); break;
+      case Op::B: backward(a, last_backwards_.count(i) > 0); break;
       case Op::SendF:
       case Op::SendB: send(a); break;
       case Op::WaitF:
@@ -115,7 +117,7 @@ void PipelineRuntime::forward(const Action& a, const torch::Tensor& inputs, cons
   times_.busy += seconds_since(start);
 }
 
-void PipelineRuntime::backward(const Action& a, bool last_of_run) {
+void PipelineRuntime::backward(const Action& a, bool last_of_stage) {
   const Key key{a.stage, a.microbatch};
   auto it = saved_.find(key);
   if (it == saved_.end()) throw std::logic_error("pipeline: backward without its forward: " + text_of(a));
@@ -124,7 +126,7 @@ void PipelineRuntime::backward(const Action& a, bool last_of_run) {
   const bool last = a.stage == shape_.stages() - 1;
   auto grad = last ? torch::Tensor() : take_received(gradients_in_, a);  // (b, T, dim) from stage s + 1
   const auto start = Clock::now();
-  if (stage_.before_backward) stage_.before_backward(last_of_run, last_of_run && reduce_grads_);
+  if (stage_.before_backward) stage_.before_backward(a.stage, last_of_stage, last_of_stage && reduce_grads_);
   if (last) {
     torch::autograd::backward({output});  // the loss
   } else {

@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <tuple>
 
 #include "ctitan/distributed/communicator.h"
@@ -34,10 +35,11 @@ struct StageFunctions {
   std::function<torch::Tensor(int stage, const torch::Tensor& input)> forward;
   // The last stage's summed token cross-entropy of `logits` against `labels` (0-d).
   std::function<torch::Tensor(const torch::Tensor& logits, const torch::Tensor& labels)> summed_loss;
-  // Before each backward (may be empty): `last` is this rank's last backward of the run, `sync`
-  // whether that backward should reduce the gradients (FSDP: reduce-scatter once per step,
-  // after the last microbatch; keep the parameters gathered until then).
-  std::function<void(bool last, bool sync)> before_backward;
+  // Before each backward of `stage` (may be empty): `last` is that stage's last backward of the
+  // run, `sync` whether it should reduce the stage's gradients (FSDP: reduce-scatter once per
+  // step, after the stage's last microbatch; keep its parameters gathered until then). Under an
+  // interleaved schedule each of a rank's stages is its own model part with its own wrapper.
+  std::function<void(int stage, bool last, bool sync)> before_backward;
 };
 
 // Where one run's seconds went on this rank.
@@ -95,7 +97,7 @@ class PipelineRuntime {
   StageFunctions stage_;
   std::vector<Action> actions_;  // this rank's lowered schedule
   std::vector<int> local_stages_;  // ascending
-  size_t last_backward_ = 0;  // index in actions_ of the stage's last B
+  std::set<size_t> last_backwards_;  // indices in actions_ of each local stage's last B
   int64_t microbatch_rows_ = 0;
   bool reduce_grads_ = true;
 

@@ -21,10 +21,33 @@ void require_non_negative(int value, const char* key) {
   if (value < 0) throw ConfigError(std::string(key) + " must be >= 0 (got " + str(value) + ")");
 }
 
+// A given split's stage count against the schedule: the rule of refusals 8-9 for parts the user
+// listed instead of a layers_per_stage.
+int stages_per_rank_of_parts(const PipelinePlanInput& in, ScheduleKind kind) {
+  const int stages = int(in.module_fqns_per_model_part.size());
+  const std::string what = "parallelism.module_fqns_per_model_part has " + str(stages) + " parts";
+  if (stages % in.pp != 0)
+    throw ConfigError(what + ", not a multiple of pipeline_parallel_degree " + str(in.pp));
+  const int v = stages / in.pp;
+  if (kind != ScheduleKind::kInterleaved1F1B && v != 1)
+    throw ConfigError(what + ", but pipeline_parallel_schedule " + schedule_name(kind) + " runs one stage per rank (" +
+                      str(in.pp) + " parts); use Interleaved1F1B for more");
+  if (kind == ScheduleKind::kInterleaved1F1B && v < 2)
+    throw ConfigError(what + ", but pipeline_parallel_schedule Interleaved1F1B needs at least 2 stages per rank (" +
+                      str(2 * in.pp) + " parts or more)");
+  return v;
+}
+
 // Refusals 7-9: torchtitan's pipeline_llm derives the stage count from layers_per_stage, or
 // gives single-stage schedules one stage per rank and multi-stage ones two.
 int stages_per_rank(const PipelinePlanInput& in, ScheduleKind kind, int slots) {
   const bool single_stage = kind != ScheduleKind::kInterleaved1F1B;
+  if (!in.module_fqns_per_model_part.empty()) {
+    if (in.layers_per_stage != -1)
+      throw ConfigError("parallelism.module_fqns_per_model_part and pipeline_parallel_layers_per_stage " +
+                        str(in.layers_per_stage) + " both set the stages; set one of them");
+    return stages_per_rank_of_parts(in, kind);
+  }
   if (in.layers_per_stage == -1) return single_stage ? 1 : 2;
   if (in.layers_per_stage < 1)
     throw ConfigError("parallelism.pipeline_parallel_layers_per_stage must be positive, or -1 for one stage per rank "
@@ -52,8 +75,33 @@ int stages_per_rank(const PipelinePlanInput& in, ScheduleKind kind, int slots) {
   return v;
 }
 
+// A given split must be the model's modules once each, in forward order, with no empty part:
+// stages run in part order, and stage_model keeps exactly the modules of its part.
+void check_given_split(const PipelinePlanInput& in) {
+  const auto& parts = in.module_fqns_per_model_part;
+  const auto expected = split_modules(in.n_layers, 1, 0, 0).front();  // forward order
+  size_t next = 0;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const std::string where = "parallelism.module_fqns_per_model_part part " + str(int(p));
+    if (parts[p].empty()) throw ConfigError(where + " is empty; every stage needs a module");
+    for (const auto& fqn : parts[p]) {
+      if (std::find(expected.begin(), expected.end(), fqn) == expected.end())
+        throw ConfigError(where + ": '" + fqn + "' is not a module of the model (tok_embeddings, layers.0-" +
+                          str(in.n_layers - 1) + ", norm, output)");
+      if (next >= expected.size() || fqn != expected[next])
+        throw ConfigError(where + ": '" + fqn + "' where '" + (next < expected.size() ? expected[next] : "nothing") +
+                          "' comes next; list every module once, in forward order");
+      ++next;
+    }
+  }
+  if (next < expected.size())
+    throw ConfigError("parallelism.module_fqns_per_model_part leaves out '" + expected[next] +
+                      "' and what follows it; list every module once, in forward order");
+}
+
 // Refusals 5-6: the checks of generate_llm_fqn_per_model_part (which skips them for one stage).
 void check_split(const PipelinePlanInput& in, int stages, int slots) {
+  if (!in.module_fqns_per_model_part.empty()) return check_given_split(in);
   if (stages == 1) return;
   if (stages > slots)
     throw ConfigError("parallelism: " + str(stages) + " pipeline stages for " + str(in.n_layers) + " layers + " +
@@ -150,7 +198,9 @@ PipelinePlan plan_pipeline(const PipelinePlanInput& in) {
   check_split(in, plan.shape.stages(), slots);
   check_microbatches(in, kind, plan.shape);
   plan.module_fqns_per_stage =
-      split_modules(in.n_layers, plan.shape.stages(), in.first_stage_less_layers, in.last_stage_less_layers);
+      in.module_fqns_per_model_part.empty()
+          ? split_modules(in.n_layers, plan.shape.stages(), in.first_stage_less_layers, in.last_stage_less_layers)
+          : in.module_fqns_per_model_part;
 
   // Backstop: the refusals above should leave only plans that run; a stuck one is a ctitan bug.
   plan.simulation = simulate(lower(compute_orders(kind, plan.shape), plan.shape), plan.shape);

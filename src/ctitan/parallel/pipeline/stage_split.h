@@ -20,6 +20,9 @@ struct PipelinePlanInput {
   int layers_per_stage = -1;         // -1: one stage per rank (two for Interleaved1F1B)
   int first_stage_less_layers = 1;   // layer slots tok_embeddings counts for
   int last_stage_less_layers = 1;    // layer slots norm + output count for
+  // parallelism.module_fqns_per_model_part: the stages' modules as the user gave them, which
+  // replaces the weighted split (and sets the stage count). Empty: derived.
+  std::vector<std::vector<std::string>> module_fqns_per_model_part = {};
 };
 
 struct PipelinePlan {
@@ -36,7 +39,9 @@ struct PipelinePlan {
   std::vector<int> stages_of_rank(int pp_rank) const;
 };
 
-// Throws ConfigError (common/error.h) with design 3.4's exact texts for refusals 2-10, and
+// Throws ConfigError (common/error.h) with design 3.4's exact texts for refusals 2-10 (and one
+// line naming the part and module for a module_fqns_per_model_part that is not the model's
+// modules once each in forward order), and
 // std::logic_error naming the stuck action if the simulator finds the accepted plan cannot run.
 PipelinePlan plan_pipeline(const PipelinePlanInput& input);
 

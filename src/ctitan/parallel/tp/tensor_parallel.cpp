@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "ctitan/common/error.h"
 #include "ctitan/parallel/tp/collective_matmul.h"
@@ -38,10 +39,19 @@ void validate_tensor_parallel(const models::llama::ModelArgs& args, int64_t seq_
 
 TensorParallel::TensorParallel(models::llama::TransformerImpl& model, std::shared_ptr<distributed::Communicator> group,
                                bool loss_parallel, bool async)
+    : TensorParallel(std::vector<models::llama::TransformerImpl*>{&model}, std::move(group), loss_parallel, async) {}
+
+TensorParallel::TensorParallel(const std::vector<models::llama::TransformerImpl*>& parts,
+                               std::shared_ptr<distributed::Communicator> group, bool loss_parallel, bool async)
     : group_(std::move(group)), loss_parallel_(loss_parallel), async_(async) {
+  if (parts.empty()) throw std::logic_error("TensorParallel: no model parts");
+  vocab_ = shard_range(parts.front()->args().vocab_size, group_->size(), group_->rank());
+  for (auto* part : parts) apply_plan(*part);
+}
+
+void TensorParallel::apply_plan(models::llama::TransformerImpl& model) {
   const int64_t tp = group_->size(), rank = group_->rank();
   const auto& args = model.args();
-  vocab_ = shard_range(args.vocab_size, tp, rank);
   auto column_wise = [&](const std::string& fqn, torch::nn::Linear& linear) {  // weight (out, in): slice out
     slice(fqn, linear->weight, 0, shard_range(linear->weight.size(0), tp, rank));
   };

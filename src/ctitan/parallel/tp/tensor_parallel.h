@@ -55,6 +55,10 @@ class TensorParallel {
   // model.hooks. `group` must outlive the model's forwards and backwards.
   TensorParallel(models::llama::TransformerImpl& model, std::shared_ptr<distributed::Communicator> group,
                  bool loss_parallel, bool async = false);
+  // The same plan over several model parts of one rank (an interleaved pipeline's stages): each
+  // part's parameters are sliced and hooked; the parts' FQNs are disjoint.
+  TensorParallel(const std::vector<models::llama::TransformerImpl*>& parts,
+                 std::shared_ptr<distributed::Communicator> group, bool loss_parallel, bool async = false);
 
   distributed::Communicator& group() const { return *group_; }
   bool loss_parallel() const { return loss_parallel_; }
@@ -81,6 +85,8 @@ class TensorParallel {
                                                  int64_t ignore_index) const;
 
  private:
+  // Slices and hooks one model part (what is present of it: a pipeline stage holds only some).
+  void apply_plan(models::llama::TransformerImpl& model);
   // Replaces `param` by its slice along `dim` and records the slice's layout under `fqn`.
   void slice(const std::string& fqn, torch::Tensor param, int64_t dim, ShardRange range);
   // The hooks of one attention or feed-forward module: its input gathered and its output
