@@ -1,4 +1,4 @@
-// RPC between real processes: rpc_test_worker's scenarios on 2 workers through `ctitan run`.
+// RPC between real processes: rpc_test_worker's scenarios on 2 or 3 workers through `ctitan run`.
 // Each worker checks its own results (tests/rpc/rpc_test_worker.cpp says what each scenario
 // covers) and prints "<worker>: <scenario>: N checks passed", or one FAILED line and exits 1.
 #include <gtest/gtest.h>
@@ -16,12 +16,13 @@ std::string result_line(const std::string& output, const std::string& worker, co
   return output.substr(at, output.find('\n', at) - at);
 }
 
-void run_scenario(const std::string& scenario) {
-  auto r = testing::run_ctitan({"run", "--nproc-per-node", "2", "--master-port", "0", "--exec", CTITAN_RPC_WORKER,
-                                scenario},
-                               120);
+void run_scenario(const std::string& scenario, int workers = 2) {
+  auto r = testing::run_ctitan({"run", "--nproc-per-node", std::to_string(workers), "--master-port", "0", "--exec",
+                                CTITAN_RPC_WORKER, scenario},
+                               240);
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  for (const char* worker : {"worker0", "worker1"}) {
+  for (int rank = 0; rank < workers; ++rank) {
+    const std::string worker = "worker" + std::to_string(rank);
     auto line = result_line(r.output, worker, scenario);
     EXPECT_NE(line.find("checks passed"), std::string::npos) << worker << ": [" << line << "]\n" << r.output;
   }
@@ -34,6 +35,18 @@ void run_scenario(const std::string& scenario) {
 TEST(CliRpc, CallsCarryEveryValueKindBothWays) { run_scenario("calls"); }
 
 TEST(CliRpc, ErrorsAreOneLineRpcErrorsOfTheRightKind) { run_scenario("errors"); }
+
+// worker1 dies with calls and an RRef of worker0's pending on it: they fail PeerLost within 10 s,
+// and worker0 shuts down non-gracefully and exits 0 (no hang).
+TEST(CliRpc, KilledPeerFailsPendingCallsAndNothingHangs) { run_scenario("kill_peer"); }
+
+// shutdown() on all three workers while slow, nested and callback-made calls are in flight: each
+// has completed with its value when shutdown returns; calls afterwards throw.
+TEST(CliRpc, GracefulShutdownWaitsForCallsInFlight) { run_scenario("shutdown_inflight", 3); }
+
+// remote(), to_here(), failures at to_here(), forks to a third worker dropped in both orders, RRefs
+// as results; every worker's leak counters are zero once the RRefs are dropped and after shutdown.
+TEST(CliRpc, RRefsForkAcrossThreeWorkersWithoutLeaks) { run_scenario("rref", 3); }
 
 // A worker whose check fails exits 1 with one line, and `ctitan run` fails: the scenarios above
 // can fail.

@@ -1,12 +1,17 @@
 // Multi-process RPC scenarios (docs/design/rpc.md section 10), started on every rank by
-// `ctitan run --nproc-per-node 2 --master-port 0 --exec rpc_test_worker <scenario>`. Each worker
-// runs the scenario against its peer (both directions at once), checks every result itself, and
-// prints one line: "<worker>: <scenario>: N checks passed" (exit 0) or "... FAILED: ..." (exit 1).
-//   calls   every argument kind both ways, typed functions, self-calls, an async function, nested
-//           calls, then() chains, 64 outstanding calls
-//   errors  callee exception, unknown function, bad arguments, result not encodable, timeouts
-//           (a call's own, the default, 0 = none), caller-side input errors, calls before init and
-//           after shutdown, a second init_rpc
+// `ctitan run --nproc-per-node N --master-port 0 --exec rpc_test_worker <scenario>`. Each worker
+// checks every result itself and prints one line: "<worker>: <scenario>: N checks passed" (exit 0)
+// or "... FAILED: ..." (exit 1). After every scenario but kill_peer, each worker also checks that
+// calls after shutdown throw, that a second init_rpc is refused and that its RRef leak counters
+// are zero.
+//   calls              (2) every argument kind both ways, typed functions, self-calls, an async
+//                      function, nested calls, then() chains, 64 outstanding calls
+//   errors             (2) callee exception, unknown function, bad arguments, result not
+//                      encodable, timeouts (a call's own, the default, 0 = none), caller-side input
+//                      errors, calls before init and after shutdown, a second init_rpc
+//   kill_peer          (2) lifetime_scenarios.cpp
+//   shutdown_inflight  (3) lifetime_scenarios.cpp
+//   rref               (3) rref_scenario.cpp
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -22,57 +27,14 @@
 #include "ctitan/rpc/api.h"
 #include "ctitan/rpc/registry.h"
 #include "ctitan/rpc/value_codec.h"
+#include "rpc/scenarios.h"
+#include "rpc/worker_checks.h"
 
-namespace {
+namespace rpc_test {
 
-namespace rpc = ctitan::rpc;
 using c10::IValue;
 
-struct CheckFailed : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-int checks = 0;
-
-void check(bool ok, const std::string& what) {
-  ++checks;
-  if (!ok) throw CheckFailed(what);
-}
-
-// Runs `call`, which must throw E whose what() equals `text` (or contains it, when `exact` is false).
-template <typename E, typename F>
-E expect_error(F&& call, const std::string& text, bool exact, const std::string& what) {
-  try {
-    call();
-  } catch (const E& e) {
-    const std::string got = e.what();
-    check(exact ? got == text : got.find(text) != std::string::npos,
-          fmt::format("{}: error text [{}], expected {}[{}]", what, got, exact ? "" : "it to contain ", text));
-    check(got.find('\n') == std::string::npos, what + ": the error is not one line");
-    return e;
-  }
-  throw CheckFailed(what + ": no error, or an error of another type");
-}
-
-const char* kind_name(rpc::RpcErrorKind kind) {
-  switch (kind) {
-    case rpc::RpcErrorKind::Timeout: return "Timeout";
-    case rpc::RpcErrorKind::Remote: return "Remote";
-    case rpc::RpcErrorKind::UnknownFunction: return "UnknownFunction";
-    case rpc::RpcErrorKind::BadArguments: return "BadArguments";
-    case rpc::RpcErrorKind::PeerLost: return "PeerLost";
-    case rpc::RpcErrorKind::Shutdown: return "Shutdown";
-  }
-  return "?";
-}
-
-void expect_rpc_error(rpc::RpcErrorKind kind, const std::function<void()>& call, const std::string& text,
-                      const std::string& what) {
-  auto e = expect_error<rpc::RpcError>(call, text, true, what);
-  check(e.kind() == kind, fmt::format("{}: kind {}, expected {}", what, kind_name(e.kind()), kind_name(kind)));
-}
-
-void register_functions() {
+void register_call_functions() {
   rpc::register_function("echo", [](IValue v) { return v; });
   rpc::register_function("add", [](const at::Tensor& x, int64_t k) { return x + k; });
   rpc::register_function("concat", [](const std::string& a, const std::string& b) { return a + b; });
@@ -278,35 +240,78 @@ void run_errors(const std::string& self, const std::string& peer) {
   (void)self;
 }
 
-int run(const std::string& scenario) {
+}  // namespace rpc_test
+
+namespace {
+
+using namespace rpc_test;
+
+struct Scenario {
+  const char* name;
+  int world_size;
+  std::function<void(const Worker&, rpc::RpcOptions&)> run;  // starts RPC itself
+  bool graceful = true;  // ends with a graceful shutdown (kill_peer does not)
+};
+
+std::vector<Scenario> scenarios() {
+  auto started = [](void (*body)(const Worker&, const std::string&)) {
+    return [body](const Worker& w, rpc::RpcOptions& options) {
+      rpc::init_rpc(w.self, options);
+      body(w, w.name(1 - w.rank));
+    };
+  };
+  return {
+      {"calls", 2, started([](const Worker& w, const std::string& peer) { run_calls(w.self, peer); })},
+      {"errors", 2,
+       [](const Worker& w, rpc::RpcOptions& options) {
+         const std::string peer = w.name(1 - w.rank);
+         expect_rpc_error(rpc::RpcErrorKind::Shutdown, [&] { rpc::rpc_sync(peer, "echo", 1); },
+                          "rpc 'echo' before init_rpc: call ctitan::rpc::init_rpc first", "call before init_rpc");
+         options.timeout_seconds = 3;
+         rpc::init_rpc(w.self, options);
+         run_errors(w.self, peer);
+       }},
+      {"kill_peer", 2, [](const Worker& w, rpc::RpcOptions& options) { run_kill_peer(w, options); }, false},
+      {"shutdown_inflight", 3,
+       [](const Worker& w, rpc::RpcOptions& options) { run_shutdown_inflight(w, options); }},
+      {"rref", 3, [](const Worker& w, rpc::RpcOptions& options) { run_rref(w, options); }},
+  };
+}
+
+int run(const std::string& name) {
   auto env = ctitan::distributed::read_dist_env();
-  if (env.world_size != 2) throw CheckFailed(fmt::format("needs 2 processes, got {}", env.world_size));
-  const std::string self = fmt::format("worker{}", env.rank);
-  const std::string peer = fmt::format("worker{}", 1 - env.rank);
-  register_functions();
-  rpc::RpcOptions options;
-  options.init_timeout_seconds = 60;
-  if (scenario == "calls") {
-    rpc::init_rpc(self, options);
-    run_calls(self, peer);
-  } else if (scenario == "errors") {
+  Worker w{fmt::format("worker{}", env.rank), env.rank, env.world_size};
+  register_call_functions();
+  register_lifetime_functions();
+  register_rref_functions();
+  std::string names;
+  for (const auto& scenario : scenarios()) {
+    names += (names.empty() ? "" : ", ") + std::string(scenario.name);
+    if (name != scenario.name) continue;
+    if (env.world_size != scenario.world_size) {
+      throw CheckFailed(fmt::format("needs {} processes, got {}", scenario.world_size, env.world_size));
+    }
+    rpc::RpcOptions options;
+    options.init_timeout_seconds = 60;
+    scenario.run(w, options);
+    rpc::shutdown();  // graceful; nothing when the scenario has shut down already
+    const std::string peer = w.name((w.rank + 1) % w.world_size);
+    check(!rpc::rpc_running(), "rpc_running() after shutdown");
     expect_rpc_error(rpc::RpcErrorKind::Shutdown, [&] { rpc::rpc_sync(peer, "echo", 1); },
-                     "rpc 'echo' before init_rpc: call ctitan::rpc::init_rpc first", "call before init_rpc");
-    options.timeout_seconds = 3;
-    rpc::init_rpc(self, options);
-    run_errors(self, peer);
-  } else {
-    throw CheckFailed("unknown scenario '" + scenario + "' (calls, errors)");
+                     "rpc 'echo' after shutdown", "call after shutdown");
+    expect_rpc_error(rpc::RpcErrorKind::Shutdown, [&] { rpc::remote(peer, "echo", 1); },
+                     "rpc 'echo' after shutdown", "remote() after shutdown");
+    expect_error<std::logic_error>([&] { rpc::init_rpc(w.self, options); },
+                                   "called twice: RPC starts once per process", false, "a second init_rpc");
+    if (scenario.graceful) {
+      auto counts = rpc::rref_counts();
+      check(counts.all_zero(), "RRef leak counters after shutdown: " + counts.describe());
+    }
+    fmt::print("{}: {}: {} checks passed\n", w.self, name, checks);
+    std::fflush(stdout);
+    return 0;
   }
-  rpc::shutdown();
-  check(!rpc::rpc_running(), "rpc_running() after shutdown");
-  expect_rpc_error(rpc::RpcErrorKind::Shutdown, [&] { rpc::rpc_sync(peer, "echo", 1); },
-                   "rpc 'echo' after shutdown", "call after shutdown");
-  expect_error<std::logic_error>([&] { rpc::init_rpc(self, options); }, "called twice: RPC starts once per process",
-                                 false, "a second init_rpc");
-  fmt::print("{}: {}: {} checks passed\n", self, scenario, checks);
-  std::fflush(stdout);
-  return 0;
+  throw CheckFailed("unknown scenario '" + name + "' (" + names + ")");
 }
 
 }  // namespace
@@ -321,9 +326,9 @@ int main(int argc, char** argv) {
       rank = ctitan::distributed::read_dist_env().rank;
     } catch (...) {
     }
-    fmt::print(stderr, "rpc_test_worker: worker{}: {}: FAILED after {} checks: {}\n", rank, scenario, checks,
-               std::string(e.what()).substr(0, std::string(e.what()).find('\n')));
+    fmt::print(stderr, "rpc_test_worker: worker{}: {}: FAILED after {} checks: {}\n", rank, scenario,
+               rpc_test::checks, std::string(e.what()).substr(0, std::string(e.what()).find('\n')));
     std::fflush(stderr);
-    std::_Exit(1);  // no graceful shutdown: the launcher stops the peer
+    std::_Exit(1);  // no graceful shutdown: the launcher stops the peers
   }
 }

@@ -20,8 +20,10 @@
 #include "ctitan/distributed/dist_env.h"
 #include "ctitan/distributed/store.h"
 #include "ctitan/rpc/api.h"
+#include "ctitan/rpc/detail.h"
 #include "ctitan/rpc/registry.h"
 #include "ctitan/rpc/request_handler.h"
+#include "ctitan/rpc/rref_codec.h"
 #include "ctitan/rpc/wire.h"
 
 namespace ctitan::rpc {
@@ -43,14 +45,13 @@ struct State {
   std::string name;
   int rank = 0;
   int world_size = 1;
+  RRefCounts final_rref_counts;  // taken when the agent stopped
 };
 
 State& state() {
   static State s;
   return s;
 }
-
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 std::string worker_name_error(const std::string& name) {
   if (name.empty() || name.size() >= 128) return fmt::format("is {} bytes (1 to 127)", name.size());
@@ -113,6 +114,60 @@ std::vector<WorkerInfo> workers_by_rank(const tdr::RpcAgent& agent) {
   return infos;
 }
 
+// The reply of a call as its value, or the RpcError it stands for.
+c10::IValue decode_reply(tdr::JitFuture& reply, const std::string& to, const std::string& fn, double timeout) {
+  if (reply.hasError()) detail::throw_transport_failure(reply, to, fn, timeout);
+  Response response;
+  try {
+    auto msg = reply.value().toCustomClass<tdr::Message>();
+    tdr::MessageType type = msg->type();
+    // Unwraps an autograd reply (attaching RecvRpcBackward to its tensors) down to the PYTHON_RET.
+    auto command = tdr::deserializeResponse(*msg, type);
+    if (type != tdr::MessageType::PYTHON_RET) {
+      throw InputError(fmt::format("rpc payload from {}: a reply of message type {}, expected PYTHON_RET", to,
+                                   int(type)));
+    }
+    const auto& obj = static_cast<tdr::PythonResp&>(*command).serializedPyObj();
+    response = decode_response(obj.payload_, obj.tensors_, to, rref_protocol());
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw InputError(fmt::format("rpc payload from {}: {}", to, detail::first_line(e.what())));
+  }
+  const std::string what = detail::first_line(response.message);
+  switch (response.status) {
+    case ResponseStatus::Ok:
+      return response.value;
+    case ResponseStatus::Exception:
+      throw RpcError(RpcErrorKind::Remote, message::remote(to, fn, what));
+    case ResponseStatus::UnknownFunction:
+      throw RpcError(RpcErrorKind::UnknownFunction, message::unknown_function(to, fn));
+    case ResponseStatus::BadArguments:
+      throw RpcError(RpcErrorKind::BadArguments, message::bad_arguments(to, fn, what));
+    case ResponseStatus::NotEncodable:
+      throw RpcError(RpcErrorKind::Remote, message::remote(to, fn, "its result cannot be sent back: " + what));
+  }
+  throw std::logic_error("rpc: unhandled response status");
+}
+
+RRefCounts read_rref_counts() {
+  RRefCounts counts;
+  for (const auto& [key, value] : tdr::RRefContext::getInstance().getDebugInfo()) {
+    const int64_t n = std::stoll(value);
+    if (key == "num_owner_rrefs") counts.owner_rrefs = n;
+    if (key == "num_forks") counts.forks = n;
+    if (key == "num_pending_users") counts.pending_users = n;
+    if (key == "num_pending_futures") counts.pending_futures = n;
+  }
+  return counts;
+}
+
+}  // namespace
+
+namespace detail {
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
 const tdr::WorkerInfo& find_worker(const tdr::RpcAgent& agent, const std::string& name) {
   auto infos = workers_by_rank(agent);
   for (const auto& info : infos) {
@@ -132,48 +187,35 @@ std::shared_ptr<tdr::TensorPipeAgent> running_agent(const std::string& function,
   return s.agent;
 }
 
-// The reply of a call as its value, or the RpcError it stands for.
-c10::IValue decode_reply(tdr::JitFuture& reply, const std::string& to, const std::string& fn, double timeout) {
-  if (reply.hasError()) {
-    if (tdr::getRPCErrorType(reply) == tdr::RPCErrorType::TIMEOUT) {
-      throw RpcError(RpcErrorKind::Timeout, message::timeout(to, fn, timeout));
-    }
-    throw RpcError(RpcErrorKind::PeerLost, message::peer_lost(to, fn, first_line(reply.tryRetrieveErrorMessage())));
+double call_timeout(const std::optional<double>& requested, double default_timeout, const std::string& to,
+                    const std::string& function) {
+  if (requested && !(*requested >= 0)) {
+    throw InputError(fmt::format("rpc to {} '{}': timeout_seconds must be >= 0 (got {:g})", to, function, *requested));
   }
-  Response response;
-  try {
-    auto msg = reply.value().toCustomClass<tdr::Message>();
-    tdr::MessageType type = msg->type();
-    // Unwraps an autograd reply (attaching RecvRpcBackward to its tensors) down to the PYTHON_RET.
-    auto command = tdr::deserializeResponse(*msg, type);
-    if (type != tdr::MessageType::PYTHON_RET) {
-      throw InputError(fmt::format("rpc payload from {}: a reply of message type {}, expected PYTHON_RET", to,
-                                   int(type)));
-    }
-    const auto& obj = static_cast<tdr::PythonResp&>(*command).serializedPyObj();
-    response = decode_response(obj.payload_, obj.tensors_, to);
-  } catch (const InputError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw InputError(fmt::format("rpc payload from {}: {}", to, first_line(e.what())));
-  }
-  switch (response.status) {
-    case ResponseStatus::Ok:
-      return response.value;
-    case ResponseStatus::Exception:
-      throw RpcError(RpcErrorKind::Remote, message::remote(to, fn, first_line(response.message)));
-    case ResponseStatus::UnknownFunction:
-      throw RpcError(RpcErrorKind::UnknownFunction, message::unknown_function(to, fn));
-    case ResponseStatus::BadArguments:
-      throw RpcError(RpcErrorKind::BadArguments, message::bad_arguments(to, fn, first_line(response.message)));
-    case ResponseStatus::NotEncodable:
-      throw RpcError(RpcErrorKind::Remote,
-                     message::remote(to, fn, "its result cannot be sent back: " + first_line(response.message)));
-  }
-  throw std::logic_error("rpc: unhandled response status");
+  return requested.value_or(default_timeout);
 }
 
-}  // namespace
+void throw_transport_failure(const c10::ivalue::Future& reply, const std::string& to, const std::string& function,
+                             double timeout) {
+  if (tdr::getRPCErrorType(reply) == tdr::RPCErrorType::TIMEOUT) {
+    throw RpcError(RpcErrorKind::Timeout, message::timeout(to, function, timeout));
+  }
+  throw RpcError(RpcErrorKind::PeerLost, message::peer_lost(to, function, first_line(reply.tryRetrieveErrorMessage())));
+}
+
+RpcErrorKind kind_of(ResponseStatus status) {
+  switch (status) {
+    case ResponseStatus::UnknownFunction: return RpcErrorKind::UnknownFunction;
+    case ResponseStatus::BadArguments: return RpcErrorKind::BadArguments;
+    default: return RpcErrorKind::Remote;
+  }
+}
+
+}  // namespace detail
+
+using detail::find_worker;
+using detail::first_line;
+using detail::running_agent;
 
 void init_rpc(const std::string& name, const RpcOptions& options) {
   auto env = distributed::read_dist_env();
@@ -265,17 +307,23 @@ void shutdown(bool graceful) {
   std::exception_ptr barrier_error;
   if (graceful) {
     try {
+      const auto timeout = std::chrono::milliseconds(int64_t(s.options.init_timeout_seconds * 1000));
+      // Every worker has reached shutdown, so no new RRefs are made after this (PyTorch's order).
       exchange(*s.store, "shutdown", s.rank, s.world_size, "", s.options.init_timeout_seconds, s.name);
-      tdr::RRefContext::getInstance().delAllUsersAndUnforkedOwners(
-          std::chrono::milliseconds(int64_t(s.options.init_timeout_seconds * 1000)));
-      // Repeats a store-based count until no worker has a call in flight, then stops accepting.
+      // Users release their RRefs (still-held handles included), then the owner waits until every
+      // user has told it so.
+      tdr::RRefContext::getInstance().delAllUsersAndUnforkedOwners(timeout);
+      // Repeats a store-based count until no worker has a call in flight (nested calls, calls from
+      // callbacks and the RRef messages above included), then stops accepting.
       agent->join(/*shutdown=*/true, float(s.options.init_timeout_seconds));
     } catch (...) {
       barrier_error = std::current_exception();
     }
   }
+  const RRefCounts counts = read_rref_counts();
   {
     std::lock_guard<std::mutex> lock(s.mutex);
+    s.final_rref_counts = counts;
     s.phase = Phase::Stopped;
   }
   tdr::RRefContext::destroyInstance(/*ignoreRRefLeak=*/true);
@@ -319,20 +367,35 @@ std::vector<WorkerInfo> get_worker_infos() {
   return workers_by_rank(*agent);
 }
 
+RRefCounts rref_counts() {
+  auto& s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.phase == Phase::Stopped) return s.final_rref_counts;
+    if (s.phase == Phase::NotStarted) return RRefCounts{};
+  }
+  return read_rref_counts();
+}
+
+std::string RRefCounts::describe() const {
+  return fmt::format("owner_rrefs={} forks={} pending_users={} pending_futures={}", owner_rrefs, forks, pending_users,
+                     pending_futures);
+}
+
 Future call_function(const std::string& to, const std::string& function, std::vector<c10::IValue> args,
                      const CallOptions& options) {
   double default_timeout = 0;
   auto agent = running_agent(function, &default_timeout);
   validate_function_name(function);
-  if (options.timeout_seconds && !(*options.timeout_seconds >= 0)) {
-    throw InputError(fmt::format("rpc to {} '{}': timeout_seconds must be >= 0 (got {:g})", to, function,
-                                 *options.timeout_seconds));
-  }
+  const double timeout = detail::call_timeout(options.timeout_seconds, default_timeout, to, function);
   const auto& dst = find_worker(*agent, to);
   std::vector<at::Tensor> tensors;
-  auto bytes = encode_request(Request{RequestKind::Call, function, std::move(args)}, tensors);
+  const Request request{RequestKind::Call, function, std::move(args)};
+  auto bytes = encode_forking([&](const RRefCodecHook& hook) {
+    tensors.clear();
+    return encode_request(request, tensors, hook);
+  });
   auto message = tdr::PythonCall(tdr::SerializedPyObj(std::move(bytes), std::move(tensors)), false).toMessage();
-  const double timeout = options.timeout_seconds.value_or(default_timeout);
   // Inside a distributed autograd context the call is always recorded: a result may require grad
   // when no argument does (PyTorch does the same for every Python function).
   const bool in_context = tda::DistAutogradContainer::getInstance().hasValidContext();

@@ -4,6 +4,7 @@
 //   auto fut = ctitan::rpc::rpc_async("worker1", "add", torch::ones({2}), 3);
 //   at::Tensor y = fut.value_as<at::Tensor>();
 //   auto z = ctitan::rpc::rpc_sync("worker1", "add", x, 1, ctitan::rpc::CallOptions{.timeout_seconds = 5});
+//   ctitan::rpc::RRef r = ctitan::rpc::remote("worker1", "add", x, 1);  // the result stays on worker1
 //
 // Arguments are converted with ivalue_convert.h. A CallOptions among them (last, by convention)
 // is not an argument but the call's options. Failures are RpcError (errors.h); a value that
@@ -20,6 +21,7 @@
 #include "ctitan/rpc/errors.h"
 #include "ctitan/rpc/future.h"
 #include "ctitan/rpc/ivalue_convert.h"
+#include "ctitan/rpc/rref.h"
 
 namespace ctitan::rpc {
 
@@ -29,13 +31,17 @@ struct CallOptions {
   std::optional<double> timeout_seconds;
 };
 
-// The untyped call that rpc_async wraps (defined in agent.cpp).
+// The untyped calls that rpc_async and remote wrap (defined in agent.cpp and rref.cpp).
 Future call_function(const std::string& to, const std::string& function, std::vector<c10::IValue> args,
                      const CallOptions& options);
+RRef remote_function(const std::string& to, const std::string& function, std::vector<c10::IValue> args,
+                     const CallOptions& options);
 
+namespace detail {
+
+// The arguments as IValues; a CallOptions among them goes to `options` instead.
 template <typename... Args>
-Future rpc_async(const std::string& to, const std::string& function, Args&&... args) {
-  CallOptions options;
+std::vector<c10::IValue> pack_arguments(CallOptions& options, Args&&... args) {
   std::vector<c10::IValue> values;
   values.reserve(sizeof...(Args));
   auto add = [&](auto&& arg) {
@@ -47,7 +53,26 @@ Future rpc_async(const std::string& to, const std::string& function, Args&&... a
   };
   (add(std::forward<Args>(args)), ...);
   (void)add;  // no arguments
+  return values;
+}
+
+}  // namespace detail
+
+template <typename... Args>
+Future rpc_async(const std::string& to, const std::string& function, Args&&... args) {
+  CallOptions options;
+  auto values = detail::pack_arguments(options, std::forward<Args>(args)...);
   return call_function(to, function, std::move(values), options);
+}
+
+// Runs `function` on `to` and leaves its result there, as the value of the returned RRef (the
+// owner is `to`). Returns at once; a failure of the function surfaces at the RRef's to_here().
+// The timeout (CallOptions) bounds the creation on the owner.
+template <typename... Args>
+RRef remote(const std::string& to, const std::string& function, Args&&... args) {
+  CallOptions options;
+  auto values = detail::pack_arguments(options, std::forward<Args>(args)...);
+  return remote_function(to, function, std::move(values), options);
 }
 
 // rpc_async(...).wait(): the result as an IValue.

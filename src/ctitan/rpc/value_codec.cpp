@@ -12,7 +12,7 @@
 namespace ctitan::rpc {
 
 RRefFields RejectRRefs::encode(const c10::IValue&) const {
-  throw InputError("rpc: RRef values cannot be sent yet (RRefs come with remote(), a later increment of #13)");
+  throw InputError("rpc: an RRef cannot be encoded here (only a running RPC agent's codec carries RRefs)");
 }
 c10::IValue RejectRRefs::decode(const RRefFields&, const std::string& source) const {
   throw InputError(fmt::format("rpc payload from {}: carries an RRef, which this process does not accept", source));
@@ -48,7 +48,10 @@ void ByteReader::expect_end() const {
   if (remaining() != 0) fail(fmt::format("{} unexpected trailing bytes", remaining()));
 }
 
-std::string value_type_name(const c10::IValue& value) { return value.type()->annotation_str(); }
+// An RRef's own type is upstream's RRef[PyObject] (rref_codec.cpp says why): just "RRef" in messages.
+std::string value_type_name(const c10::IValue& value) {
+  return value.isRRef() ? "RRef" : value.type()->annotation_str();
+}
 
 bool values_equal(const c10::IValue& a, const c10::IValue& b) {
   if (a.isNone() || a.isBool() || a.isInt() || a.isString()) {

@@ -34,8 +34,8 @@ struct RRefFields {
   int16_t parent = 0;
 };
 
-// How RRefs cross the codec. The agent's hook drives upstream's fork protocol; RejectRRefs (the
-// only hook of this increment, and the fuzz target's) refuses them.
+// How RRefs cross the codec. The running agent's hook (rref_codec.h) drives upstream's fork
+// protocol; RejectRRefs (the default, and the fuzz target's) refuses them.
 class RRefCodecHook {
  public:
   virtual ~RRefCodecHook() = default;
