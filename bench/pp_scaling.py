@@ -9,8 +9,12 @@ Printed per layout:
 - the measured bubble: rank 0's idle share of its schedule runs (pp_bubble: 1 - forward/backward
   compute / run time) and the largest over the ranks (pp_bubble_max), against the theoretical
   (p-1)/(m+p-1);
-- rank 0's peak live bytes: stage 0 holds the most activations, m microbatches under GPipe and
-  at most p under 1F1B, so 1F1B's peak should stay flat as m grows while GPipe's climbs.
+- per stage (pp rank; two stages each under Interleaved1F1B): the peak live bytes above the
+  rank's model state (parameters, gradients, optimizer state), from metrics.jsonl's
+  pp_memory_peak_bytes - pp_model_state_bytes: the activations the schedule keeps in flight, plus
+  the send/receive buffers and temporaries live at the peak. GPipe's stage s holds all m
+  microbatches' activations, 1F1B's at most min(m, p - s), so for each 1F1B row the ratio of its
+  stage's figure to GPipe's at the same p and m is printed against min(m, p - s) / m.
 
 PP(4) on this 2-core machine runs 4 single-threaded ranks on 2 cores: a rank time-sliced off its
 core idles too, so its bubble column is not the schedule's alone (said next to those rows).
@@ -64,6 +68,23 @@ def main():
         print(f"pp_scaling: debugmodel seq {args.seq_len}, global batch {args.global_batch}, float32, "
               f"{args.steps} steps (first 3 excluded)")
         print(f"  {'1 process x 2 threads':34s} {single_tps:8.0f} tok/s   peak {mean(single, 'memory_peak_bytes') / 2**20:7.1f} MiB")
+        gpipe_activations = {}  # (pp, m) -> per stage MiB above model state
+
+        def activations(rows):
+            """Per pp rank: mean MiB of peak live bytes above the model state."""
+            per_rank = zip(*[[(peak - state) / 2**20 for peak, state in
+                              zip(r["pp_memory_peak_bytes"], r["pp_model_state_bytes"])] for r in rows])
+            return [sum(v) / len(v) for v in per_rank]
+
+        def report(name, pp, rows, note=""):
+            tps = pp * mean(rows, "tps")
+            act = activations(rows)
+            print(f"  {name:34s} {tps:8.0f} tok/s {tps / single_tps:5.2f}x   bubble rank 0 "
+                  f"{100 * mean(rows, 'pp_bubble'):5.1f}%, max {100 * mean(rows, 'pp_bubble_max'):5.1f}%, "
+                  f"theory {100 * rows[-1]['pp_bubble_theory']:5.1f}%   above model state per stage "
+                  f"{' '.join(f'{a:6.1f}' for a in act)} MiB{note}")
+            return act
+
         for pp in (2, 4):
             for schedule in ("GPipe", "1F1B"):
                 for m in (pp, 2 * pp, 4 * pp):
@@ -76,12 +97,15 @@ def main():
                                   "--parallelism.pipeline_parallel_schedule", schedule,
                                   "--parallelism.pipeline_parallel_microbatch_size", str(args.global_batch // m)],
                                  common)
-                    tps = pp * mean(rows, "tps")
-                    note = "  (4 ranks on 2 cores: time-sliced)" if pp > 2 else ""
-                    print(f"  {name:34s} {tps:8.0f} tok/s {tps / single_tps:5.2f}x   bubble rank 0 "
-                          f"{100 * mean(rows, 'pp_bubble'):5.1f}%, max {100 * mean(rows, 'pp_bubble_max'):5.1f}%, "
-                          f"theory {100 * rows[-1]['pp_bubble_theory']:5.1f}%   rank 0 peak "
-                          f"{mean(rows, 'memory_peak_bytes') / 2**20:7.1f} MiB{note}")
+                    act = report(name, pp, rows, "  (4 ranks on 2 cores: time-sliced)" if pp > 2 else "")
+                    if schedule == "GPipe":
+                        gpipe_activations[(pp, m)] = act
+                    elif (pp, m) in gpipe_activations:
+                        ratios = [a / g for a, g in zip(act, gpipe_activations[(pp, m)])]
+                        theory = [min(m, pp - s) / m for s in range(pp)]
+                        print(f"  {'':34s} 1F1B / GPipe activations per stage "
+                              f"{' '.join(f'{r:4.2f}' for r in ratios)}  (min(m, p - s) / m: "
+                              f"{' '.join(f'{t:4.2f}' for t in theory)})")
         for m in (4, 8):
             if args.global_batch % m:
                 continue
@@ -89,11 +113,7 @@ def main():
                          ["--parallelism.pipeline_parallel_degree", "2",
                           "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B",
                           "--parallelism.pipeline_parallel_microbatch_size", str(args.global_batch // m)], common)
-            tps = 2 * mean(rows, "tps")
-            print(f"  {f'PP(2) Interleaved1F1B m={m}':34s} {tps:8.0f} tok/s {tps / single_tps:5.2f}x   bubble rank 0 "
-                  f"{100 * mean(rows, 'pp_bubble'):5.1f}%, max {100 * mean(rows, 'pp_bubble_max'):5.1f}%, "
-                  f"theory {100 * rows[-1]['pp_bubble_theory']:5.1f}%   rank 0 peak "
-                  f"{mean(rows, 'memory_peak_bytes') / 2**20:7.1f} MiB")
+            report(f"PP(2) Interleaved1F1B m={m}", 2, rows, "  (2 stages per rank)")
 
         # Parity of the 3-D layout: 8 ranks, each stage sharded over FSDP(2) and sliced over TP(2).
         short = common[:common.index("--training.local_batch_size")]

@@ -130,6 +130,29 @@ TEST(CliPipelineParallel, ValidationLossEqualsOneProcess) {
   for (size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(pp[i], one[i], 1e-4 * one[i]) << "validation " << i;
 }
 
+// Rank 0 logs every stage's memory, gathered in the log step's one all-reduce: each pp rank's
+// peak and model state fill their own slots (a slot left unfilled would print null). Both ranks
+// hold parameters, and each peak includes its model state.
+TEST(CliPipelineParallel, MetricsCarryEveryStagesPeakAndModelState) {
+  auto rows = testing::run_tiny_job(2, concat(pp2("GPipe"), {"--training.steps", "3", "--training.local_batch_size", "4", "--metrics.log_freq", "1"}));
+  int checked = 0;
+  for (const auto& r : rows) {
+    if (!r.contains("loss")) continue;
+    ASSERT_TRUE(r.contains("pp_memory_peak_bytes")) << r.dump();
+    const auto& peak = r["pp_memory_peak_bytes"];
+    const auto& state = r["pp_model_state_bytes"];
+    ASSERT_EQ(peak.size(), 2u) << r.dump();
+    ASSERT_EQ(state.size(), 2u) << r.dump();
+    for (size_t s = 0; s < 2; ++s) {
+      ASSERT_TRUE(peak[s].is_number() && state[s].is_number()) << r.dump();
+      EXPECT_GT(state[s].get<double>(), 0) << "stage " << s;
+      EXPECT_GT(peak[s].get<double>(), state[s].get<double>()) << "stage " << s;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 3);
+}
+
 // A PP(2) checkpoint, each rank's file holding its stage's tensors, exports to HF whole: equal (to
 // the fp32 parity bound) to the export of one process, read back by the safetensors library.
 TEST(CliPipelineParallel, HfExportOfAPpCheckpointEqualsOneProcess) {

@@ -140,6 +140,8 @@ void MetricsLogger::log(const StepMetrics& m) {
     row["pp_bubble"] = pct(m.pp_bubble);
     row["pp_bubble_max"] = pct(m.pp_bubble_max);
     row["pp_bubble_theory"] = pct(m.pp_bubble_theory);
+    row["pp_memory_peak_bytes"] = m.pp_memory_peak_bytes;
+    row["pp_model_state_bytes"] = m.pp_model_state_bytes;
   }
   jsonl_ << row.dump() << '\n';
   check_jsonl();

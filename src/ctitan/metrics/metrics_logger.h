@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ctitan/metrics/monitoring.h"
 #include "ctitan/metrics/tensorboard_writer.h"
@@ -43,6 +44,10 @@ struct StepMetrics {
   // Pipeline parallelism: this rank's idle share of its schedule runs (1 - compute / run time),
   // the largest over the ranks, and the schedule's theoretical (p-1)/(m+p-1); NaN without PP.
   double pp_bubble = NAN, pp_bubble_max = NAN, pp_bubble_theory = NAN;
+  // Pipeline parallelism, per pp rank (its stages), the largest over that rank's dp and tp peers:
+  // the window's peak live bytes, and the model state (parameters, gradients, optimizer state)
+  // at the log step. Their difference is what the schedule's in-flight activations cost.
+  std::vector<double> pp_memory_peak_bytes, pp_model_state_bytes;
 };
 
 // Makes `path` ready for a run that starts after step `resumed_step` (0: a fresh run). A fresh run

@@ -71,8 +71,22 @@ void MetricsProcessor::log(int64_t step, const torch::Tensor& loss, const torch:
   const double values[kWorst] = {seconds / steps,       mine.memory_pct,        mine.compute_pct,
                                  mine.exposed_comm_pct, mine.bandwidth_use_pct, mine.grad_sync_pct,
                                  rank_loss.item<double>(), bubble};
-  auto worst = torch::empty({kWorst}, torch::kDouble);
+  int64_t state_bytes[3] = {0, 0, 0};  // parameters, gradients, optimizer state
+  for (const auto& p : state.params) {
+    state_bytes[0] += int64_t(p.nbytes());
+    if (p.grad().defined()) state_bytes[1] += int64_t(p.grad().nbytes());
+  }
+  for (const auto& [key, t] : state.optimizer_state) state_bytes[2] += int64_t(t.nbytes());
+  // Under PP, two more slots per pp rank ride the same all-reduce: its peak bytes and model state
+  // bytes, this rank's in its own slots and "not measured" in the others'.
+  const bool pipeline = !std::isnan(setup_.pp_bubble_theory);
+  const int pp_slots = pipeline ? 2 * setup_.pp_size : 0;
+  auto worst = torch::full({kWorst + pp_slots}, kNotMeasured, torch::kDouble);
   for (int i = 0; i < kWorst; ++i) worst[i] = encode(values[i], lower_is_worse[i]);
+  if (pipeline) {
+    worst[kWorst + 2 * setup_.pp_rank] = double(memory.peak_bytes);
+    worst[kWorst + 2 * setup_.pp_rank + 1] = double(state_bytes[0] + state_bytes[1] + state_bytes[2]);
+  }
   if (setup_.dp_group) setup_.dp_group->all_reduce(global_loss, distributed::ReduceOp::kSum);
   if (setup_.world) setup_.world->all_reduce(worst, distributed::ReduceOp::kMax);
   double w[kWorst];
@@ -93,6 +107,10 @@ void MetricsProcessor::log(int64_t step, const torch::Tensor& loss, const torch:
     m.pp_bubble = bubble;
     m.pp_bubble_max = w[7];
     m.pp_bubble_theory = setup_.pp_bubble_theory;
+    for (int r = 0; r < setup_.pp_size; ++r) {
+      m.pp_memory_peak_bytes.push_back(decode(worst[kWorst + 2 * r].item<double>(), false));
+      m.pp_model_state_bytes.push_back(decode(worst[kWorst + 2 * r + 1].item<double>(), false));
+    }
   }
   m.time_data_s = window_.data_seconds / steps;
   m.tps = double(window_.tokens) / seconds;
@@ -106,11 +124,9 @@ void MetricsProcessor::log(int64_t step, const torch::Tensor& loss, const torch:
   m.memory_rss_bytes = resident_set_bytes();
   m.memory_alloc_count = memory.alloc_count - window_.allocs_at_start;
   m.memory_page_faults_per_step = double(minor_page_faults() - window_.page_faults_at_start) / steps;
-  for (const auto& p : state.params) {
-    m.memory_params_bytes += int64_t(p.nbytes());
-    if (p.grad().defined()) m.memory_grads_bytes += int64_t(p.grad().nbytes());
-  }
-  for (const auto& [key, t] : state.optimizer_state) m.memory_optimizer_bytes += int64_t(t.nbytes());
+  m.memory_params_bytes = state_bytes[0];
+  m.memory_grads_bytes = state_bytes[1];
+  m.memory_optimizer_bytes = state_bytes[2];
   logger_.log(m);
   if (!std::isfinite(m.loss)) spdlog::warn("step {}: loss is {}", step, m.loss);
 

@@ -34,6 +34,7 @@ struct MetricsSetup {
   std::string jsonl_path;               // empty: no metrics.jsonl on this rank
   std::string tensorboard_dir;          // empty: no TensorBoard events from this rank
   double pp_bubble_theory = NAN;        // pipeline parallelism: the schedule's idle share in theory
+  int pp_rank = 0, pp_size = 1;         // pipeline parallelism: this rank's stage group, and how many
 };
 
 // The tensors whose storage makes up this rank's model state at a log step.

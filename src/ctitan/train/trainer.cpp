@@ -89,7 +89,11 @@ Trainer::Trainer(config::JobConfig config)
   // rank 0 logs the real loss (torchtitan's first stage logs -1).
   auto loss_group = dist_ && dist_->dims.pp_enabled() ? dist_->mesh->group("loss") : dp_group_;
   metrics::MetricsSetup metrics{flops_per_token, peak.flops, loss_group, dist_ ? dist_->world : nullptr};
-  if (pipeline_) metrics.pp_bubble_theory = pipeline_->theoretical_bubble();
+  if (pipeline_) {
+    metrics.pp_bubble_theory = pipeline_->theoretical_bubble();
+    metrics.pp_rank = int(dist_->mesh->local_rank("pp"));
+    metrics.pp_size = int(dist_->dims.pp);
+  }
   metrics.memory_capacity_bytes = metrics::physical_memory_bytes() / (dist_ ? dist_->env.local_world_size : 1);
   if (dist_) {
     metrics.comm_bytes = [mesh = dist_->mesh.get()] { return mesh->comm_bytes(); };
