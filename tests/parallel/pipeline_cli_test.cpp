@@ -134,7 +134,8 @@ TEST(CliPipelineParallel, ValidationLossEqualsOneProcess) {
 // peak and model state fill their own slots (a slot left unfilled would print null). Both ranks
 // hold parameters, and each peak includes its model state.
 TEST(CliPipelineParallel, MetricsCarryEveryStagesPeakAndModelState) {
-  auto rows = testing::run_tiny_job(2, concat(pp2("GPipe"), {"--training.steps", "3", "--training.local_batch_size", "4", "--metrics.log_freq", "1"}));
+  auto rows = testing::run_tiny_job(
+      2, concat(pp2("GPipe"), {"--training.steps", "3", "--training.local_batch_size", "4", "--metrics.log_freq", "1"}));
   int checked = 0;
   for (const auto& r : rows) {
     if (!r.contains("loss")) continue;

@@ -80,8 +80,8 @@ class Trainer {
   // parallelism are applied to, each part on its own.
   std::vector<models::llama::TransformerImpl*> model_parts() const;
   // One data-parallel wrapper per model part, seen by the trainer as one (DataParallelParts).
-  std::unique_ptr<parallel::DataParallel> wrap_each_part(
-      const std::function<std::unique_ptr<parallel::DataParallel>(models::llama::TransformerImpl&)>& wrap);
+  using PartWrapper = std::unique_ptr<parallel::DataParallel>;
+  PartWrapper wrap_each_part(const std::function<PartWrapper(models::llama::TransformerImpl&)>& wrap);
   // A ConfigError with the numbers when `ctitan estimate`'s memory walk says the step cannot fit
   // in this rank's share of the machine's memory (CPU runs without TP or AC), before anything
   // is allocated.

@@ -52,7 +52,7 @@ void Trainer::setup_parallelism() {
         bf16_ ? torch::kBFloat16 : torch::kFloat,
         config_.training.mixed_precision_reduce};
     const auto& p = config_.parallelism;
-    data_parallel_ = wrap_each_part([&](models::llama::TransformerImpl& part) -> std::unique_ptr<parallel::DataParallel> {
+    data_parallel_ = wrap_each_part([&](models::llama::TransformerImpl& part) -> PartWrapper {
       return parallel::apply_fsdp(part, groups, mp, p.fsdp_reshard_after_forward, dims.pp_enabled());
     });
     sync_every_microbatch_ = p.fsdp_gradient_sync == config::GradientSync::kEveryMicrobatch;
@@ -62,7 +62,7 @@ void Trainer::setup_parallelism() {
                  config::name_of(p.fsdp_gradient_sync));
   } else if (dims.ddp_enabled()) {
     size_t buckets = 0;
-    data_parallel_ = wrap_each_part([&](models::llama::TransformerImpl& part) -> std::unique_ptr<parallel::DataParallel> {
+    data_parallel_ = wrap_each_part([&](models::llama::TransformerImpl& part) -> PartWrapper {
       std::vector<std::pair<std::string, torch::Tensor>> named;
       for (const auto& item : part.named_parameters()) named.emplace_back(item.key(), item.value());
       auto ddp = std::make_unique<parallel::DistributedDataParallel>(std::move(named), dp_group_,
@@ -81,8 +81,7 @@ std::vector<models::llama::TransformerImpl*> Trainer::model_parts() const {
   return parts;
 }
 
-std::unique_ptr<parallel::DataParallel> Trainer::wrap_each_part(
-    const std::function<std::unique_ptr<parallel::DataParallel>(models::llama::TransformerImpl&)>& wrap) {
+Trainer::PartWrapper Trainer::wrap_each_part(const std::function<PartWrapper(models::llama::TransformerImpl&)>& wrap) {
   const auto parts = model_parts();
   if (parts.size() == 1) {
     auto wrapped = wrap(*parts.front());
