@@ -48,6 +48,13 @@ TEST(CliRpc, GracefulShutdownWaitsForCallsInFlight) { run_scenario("shutdown_inf
 // as results; every worker's leak counters are zero once the RRefs are dropped and after shutdown.
 TEST(CliRpc, RRefsForkAcrossThreeWorkersWithoutLeaks) { run_scenario("rref", 3); }
 
+// Gradients through rpc_sync, remote()+to_here() and a nested 0 -> 1 -> 0 chain equal local
+// autograd's bitwise, and land in the context, not in .grad().
+TEST(CliRpc, DistAutogradEqualsLocalAutogradBitwise) { run_scenario("dist_autograd"); }
+
+// DistributedOptimizer over parameters on two owners: 3 AdamW steps equal one local AdamW bitwise.
+TEST(CliRpc, DistributedOptimizerEqualsLocalAdamWBitwise) { run_scenario("dist_optim"); }
+
 // A worker whose check fails exits 1 with one line, and `ctitan run` fails: the scenarios above
 // can fail.
 TEST(CliRpc, UnknownScenarioFailsWithOneLine) {

@@ -12,6 +12,8 @@
 //   kill_peer          (2) lifetime_scenarios.cpp
 //   shutdown_inflight  (3) lifetime_scenarios.cpp
 //   rref               (3) rref_scenario.cpp
+//   dist_autograd      (2) autograd_scenarios.cpp
+//   dist_optim         (2) autograd_scenarios.cpp
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -275,6 +277,8 @@ std::vector<Scenario> scenarios() {
       {"shutdown_inflight", 3,
        [](const Worker& w, rpc::RpcOptions& options) { run_shutdown_inflight(w, options); }},
       {"rref", 3, [](const Worker& w, rpc::RpcOptions& options) { run_rref(w, options); }},
+      {"dist_autograd", 2, [](const Worker& w, rpc::RpcOptions& options) { run_dist_autograd(w, options); }},
+      {"dist_optim", 2, [](const Worker& w, rpc::RpcOptions& options) { run_dist_optim(w, options); }},
   };
 }
 
@@ -284,6 +288,7 @@ int run(const std::string& name) {
   register_call_functions();
   register_lifetime_functions();
   register_rref_functions();
+  register_autograd_functions();
   std::string names;
   for (const auto& scenario : scenarios()) {
     names += (names.empty() ? "" : ", ") + std::string(scenario.name);

@@ -246,6 +246,7 @@ void init_rpc(const std::string& name, int rank, int world_size, const RpcOption
   env.world_size = world_size;
   const auto init_timeout = std::chrono::milliseconds(int64_t(options.init_timeout_seconds * 1000));
   auto store = c10::make_intrusive<c10d::PrefixStore>("rpc", distributed::connect_store(env, init_timeout));
+  detail::register_builtin_functions();
   freeze_registry();
 
   std::shared_ptr<tdr::TensorPipeAgent> agent;

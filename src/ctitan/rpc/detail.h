@@ -39,6 +39,10 @@ double call_timeout(const std::optional<double>& requested, double default_timeo
 [[noreturn]] void throw_transport_failure(const c10::ivalue::Future& reply, const std::string& to,
                                           const std::string& function, double timeout);
 
+// Registers the functions ctitan's own RPC features call (DistributedOptimizer's); init_rpc calls
+// it, once, before the registry closes.
+void register_builtin_functions();
+
 // The RpcError kind of a failed response status.
 RpcErrorKind kind_of(ResponseStatus status);
 

@@ -1,0 +1,148 @@
+#include "ctitan/rpc/dist_optimizer.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <optional>
+#include <mutex>
+
+#include "ctitan/common/error.h"
+#include "ctitan/rpc/api.h"
+#include "ctitan/rpc/detail.h"
+#include "ctitan/rpc/registry.h"
+#include "ctitan/train/adamw.h"
+
+namespace ctitan::rpc {
+
+namespace {
+
+constexpr const char* kCreate = "ctitan.dist_optim.create";
+constexpr const char* kStep = "ctitan.dist_optim.step";
+
+// Checked on the caller (at construction) and again on the owner.
+void validate(const std::string& optimizer, const c10::Dict<std::string, double>& options) {
+  if (optimizer != "adamw" && optimizer != "sgd") {
+    throw InputError(fmt::format("rpc: DistributedOptimizer '{}' is unknown (adamw, sgd)", optimizer));
+  }
+  for (const auto& entry : options) {
+    const auto& key = entry.key();
+    const bool known = optimizer == "adamw" &&
+                       (key == "beta1" || key == "beta2" || key == "eps" || key == "weight_decay");
+    if (!known) {
+      throw InputError(fmt::format("rpc: DistributedOptimizer '{}' has no option '{}'{}", optimizer, key,
+                                   optimizer == "adamw" ? " (beta1, beta2, eps, weight_decay)" : ""));
+    }
+  }
+}
+
+// One owner's optimizer over its own parameters. It stays on the owner as the value of an RRef
+// (a capsule, which the codec refuses to send).
+class LocalOptimizer : public torch::CustomClassHolder {
+ public:
+  LocalOptimizer(const std::string& kind, std::vector<at::Tensor> params, const c10::Dict<std::string, double>& options)
+      : params_(std::move(params)) {
+    if (kind == "adamw") {
+      train::AdamWOptions o;
+      if (options.contains("beta1")) o.beta1 = options.at("beta1");
+      if (options.contains("beta2")) o.beta2 = options.at("beta2");
+      if (options.contains("eps")) o.eps = options.at("eps");
+      if (options.contains("weight_decay")) o.weight_decay = options.at("weight_decay");
+      std::vector<std::pair<std::string, at::Tensor>> named;
+      for (size_t i = 0; i < params_.size(); ++i) named.emplace_back(fmt::format("param{}", i), params_[i]);
+      adamw_ = std::make_unique<train::AdamW>(std::move(named), o);
+    }
+  }
+
+  void step(int64_t context_id, double lr) {
+    auto grads = dist_autograd::get_gradients(context_id);
+    // Steps from several trainers' contexts may arrive at once (PyTorch's global lock does the same).
+    std::lock_guard<std::mutex> lock(mutex_);
+    torch::NoGradGuard no_grad;
+    for (auto& p : params_) {
+      if (!grads.contains(p)) continue;
+      if (adamw_) {
+        p.mutable_grad() = grads.at(p);
+      } else {
+        p.sub_(grads.at(p), lr);
+      }
+    }
+    if (adamw_) {
+      adamw_->step(lr);
+      adamw_->zero_grad();
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<at::Tensor> params_;
+  std::unique_ptr<train::AdamW> adamw_;  // null for sgd
+};
+
+c10::intrusive_ptr<LocalOptimizer> local_optimizer(const RRef& rref) {
+  auto value = rref.local_value();
+  c10::intrusive_ptr<LocalOptimizer> optimizer;
+  if (value.isCapsule()) optimizer = c10::dynamic_intrusive_pointer_cast<LocalOptimizer>(value.toCapsule());
+  if (!optimizer) throw std::invalid_argument("the RRef does not hold a local optimizer");
+  return optimizer;
+}
+
+}  // namespace
+
+namespace detail {
+
+void register_builtin_functions() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    register_function(kCreate, [](const std::string& kind, const c10::Dict<std::string, double>& options,
+                                  const std::vector<RRef>& params) {
+      validate(kind, options);
+      std::vector<at::Tensor> tensors;
+      for (const auto& p : params) {
+        if (!p.is_owner()) throw std::invalid_argument("a parameter RRef is not owned by this worker");
+        auto value = p.local_value();
+        if (!value.isTensor()) throw std::invalid_argument("a parameter RRef holds a " + value_type_name(value));
+        tensors.push_back(value.toTensor());
+      }
+      return c10::IValue::make_capsule(c10::make_intrusive<LocalOptimizer>(kind, std::move(tensors), options));
+    });
+    register_function(kStep, [](const RRef& optimizer, int64_t context_id, double lr) {
+      local_optimizer(optimizer)->step(context_id, lr);
+    });
+  });
+}
+
+}  // namespace detail
+
+DistributedOptimizer::DistributedOptimizer(const std::string& optimizer, const std::vector<RRef>& params,
+                                           const c10::Dict<std::string, double>& options) {
+  validate(optimizer, options);
+  std::map<std::string, std::vector<RRef>> by_owner;  // ordered: the same owners in the same order everywhere
+  for (const auto& p : params) {
+    if (!p.valid()) throw InputError("rpc: DistributedOptimizer got an empty RRef among its parameters");
+    by_owner[p.owner().name].push_back(p);
+  }
+  for (auto& [owner, owned] : by_owner) {
+    local_optimizers_.emplace_back(owner, remote(owner, kCreate, optimizer, options, owned));
+  }
+}
+
+void DistributedOptimizer::step(const dist_autograd::Context& context, double lr) {
+  std::vector<Future> steps;
+  for (const auto& [owner, optimizer] : local_optimizers_) {
+    steps.push_back(rpc_async(owner, kStep, optimizer, context.id(), lr));
+  }
+  // Wait for every owner before reporting, so that no step is still running when this returns.
+  std::string failures;
+  std::optional<RpcErrorKind> kind;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    try {
+      steps[i].wait();
+    } catch (const RpcError& e) {
+      failures += (failures.empty() ? "" : "; ") + std::string(e.what());
+      if (!kind) kind = e.kind();
+    }
+  }
+  if (kind) throw RpcError(*kind, "rpc: DistributedOptimizer step failed: " + failures);
+}
+
+}  // namespace ctitan::rpc

@@ -1,0 +1,145 @@
+// rpc_test_worker scenarios of distributed autograd and the distributed optimizer (2 workers;
+// docs/design/rpc.md sections 7, 8 and 10). worker0 drives, worker1 serves.
+//   dist_autograd  loss = sum(tanh(x w1) w2) with tanh(x w1) computed on worker1 (by rpc_sync, and
+//                  by remote() + to_here()): the loss and the gradients of w1 and w2 equal local
+//                  autograd's bitwise (the same ops in the same order on the same bytes); .grad()
+//                  stays untouched; a nested chain 0 -> 1 -> 0 carries the context (d/dx of 3*2x).
+//   dist_optim     w1 owned by worker1, w2 by worker0: 3 steps of DistributedOptimizer("adamw")
+//                  equal 3 steps of one local train::AdamW bitwise, losses and parameters.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "ctitan/common/error.h"
+#include "ctitan/rpc/api.h"
+#include "ctitan/rpc/dist_autograd.h"
+#include "ctitan/rpc/dist_optimizer.h"
+#include "ctitan/rpc/registry.h"
+#include "ctitan/train/adamw.h"
+#include "rpc/scenarios.h"
+
+namespace rpc_test {
+
+namespace dist_autograd = ctitan::rpc::dist_autograd;
+
+void register_autograd_functions() {
+  rpc::register_function("tanh_mm", [](const at::Tensor& x, const at::Tensor& w) { return at::tanh(x.mm(w)); });
+  rpc::register_function("tanh_mm_rref", [](const at::Tensor& x, const rpc::RRef& w) {
+    return at::tanh(x.mm(w.local_value().toTensor()));
+  });
+  rpc::register_function("mul2", [](const at::Tensor& x) { return x * 2; });
+  // Runs on worker1 inside the caller's context: its call back to `via` is recorded too.
+  rpc::register_function("nested_scale", [](const std::string& via, const at::Tensor& x) {
+    return rpc::rpc_sync(via, "mul2", x).toTensor() * 3;
+  });
+  rpc::register_function("make_param", [](const at::Tensor& init) { return init.clone().requires_grad_(); });
+}
+
+namespace {
+
+// Fixed inputs: the bitwise comparisons need no seed, and every worker could rebuild them.
+at::Tensor input() { return at::linspace(-1, 1, 12, at::kFloat).view({4, 3}); }
+at::Tensor w1_init() { return at::linspace(-0.5, 0.7, 15, at::kFloat).view({3, 5}); }
+at::Tensor w2_init() { return at::linspace(0.3, -0.4, 5, at::kFloat).view({5, 1}); }
+
+at::Tensor leaf(const at::Tensor& init) { return init.clone().requires_grad_(); }
+
+// Bitwise: every op here is the local op on the same bytes, in the same order.
+void check_equal(const at::Tensor& got, const at::Tensor& expected, const std::string& what) {
+  check(got.defined() && at::equal(got, expected),
+        fmt::format("{}: differs from local autograd (max abs diff {})", what,
+                    got.defined() ? (got - expected).abs().max().item<double>() : -1.0));
+}
+
+void gradients_match_local(bool via_remote) {
+  const auto x = input();
+  auto w1 = leaf(w1_init()), w2 = leaf(w2_init());
+  auto w1_ref = leaf(w1_init()), w2_ref = leaf(w2_init());
+  auto loss_ref = at::tanh(x.mm(w1_ref)).mm(w2_ref).sum();
+  loss_ref.backward();
+  const std::string how = via_remote ? "remote()+to_here()" : "rpc_sync";
+  dist_autograd::Context ctx;
+  at::Tensor h = via_remote ? rpc::remote("worker1", "tanh_mm", x, w1).to_here_as<at::Tensor>()
+                            : rpc::rpc_sync("worker1", "tanh_mm", x, w1).toTensor();
+  check(h.requires_grad(), how + ": the remote result requires grad");
+  auto loss = h.mm(w2).sum();
+  check_equal(loss, loss_ref, how + ": loss");
+  dist_autograd::backward(ctx, {loss});
+  auto grads = dist_autograd::get_gradients(ctx);
+  check(grads.size() == 2, fmt::format("{}: {} gradients in the context, expected 2", how, grads.size()));
+  check(grads.contains(w1) && grads.contains(w2), how + ": gradients of w1 and w2 are in the context");
+  check_equal(grads.at(w1), w1_ref.grad(), how + ": grad of w1 (through worker1)");
+  check_equal(grads.at(w2), w2_ref.grad(), how + ": grad of w2");
+  check(!w1.grad().defined() && !w2.grad().defined(), how + ": .grad() stays undefined");
+}
+
+}  // namespace
+
+void run_dist_autograd(const Worker& w, rpc::RpcOptions& options) {
+  rpc::init_rpc(w.self, options);
+  if (w.rank != 0) return;
+  gradients_match_local(false);
+  gradients_match_local(true);
+  {
+    dist_autograd::Context ctx;
+    auto x = at::full({3}, 1.5f).requires_grad_();
+    auto y = rpc::rpc_sync("worker1", "nested_scale", "worker0", x).toTensor();
+    check(at::equal(y, at::full({3}, 9.0f)), "nested chain value 3 * 2 * 1.5");
+    dist_autograd::backward(ctx, {y.sum()});
+    // d(3 * 2x)/dx = 6, exact in binary floating point.
+    check_equal(dist_autograd::get_gradients(ctx).at(x), at::full({3}, 6.0f), "grad through 0 -> 1 -> 0");
+    expect_error<std::logic_error>([] { dist_autograd::Context inner; }, "while context", false,
+                                   "a second context on one thread");
+  }
+  expect_error<std::invalid_argument>([] { dist_autograd::get_gradients(int64_t(12345)); },
+                                      "rpc: no dist_autograd context 12345 on this worker", false,
+                                      "get_gradients of an unknown context");
+}
+
+void run_dist_optim(const Worker& w, rpc::RpcOptions& options) {
+  rpc::init_rpc(w.self, options);
+  if (w.rank != 0) return;
+  expect_error<ctitan::InputError>([] { rpc::DistributedOptimizer("adam", {}); },
+                                   "rpc: DistributedOptimizer 'adam' is unknown (adamw, sgd)", true,
+                                   "unknown optimizer");
+  c10::Dict<std::string, double> bad;
+  bad.insert("momentum", 0.9);
+  expect_error<ctitan::InputError>([&] { rpc::DistributedOptimizer("adamw", {}, bad); },
+                                   "rpc: DistributedOptimizer 'adamw' has no option 'momentum'", false,
+                                   "unknown option");
+
+  const auto x = input();
+  rpc::RRef w1 = rpc::remote("worker1", "make_param", w1_init());
+  rpc::RRef w2 = rpc::RRef::local(leaf(w2_init()));
+  c10::Dict<std::string, double> adamw;
+  adamw.insert("weight_decay", 0.1);
+  adamw.insert("eps", 1e-8);
+  rpc::DistributedOptimizer optimizer("adamw", {w1, w2}, adamw);
+
+  auto w1_ref = leaf(w1_init()), w2_ref = leaf(w2_init());
+  ctitan::train::AdamWOptions ref_options;
+  ref_options.weight_decay = 0.1;
+  ref_options.eps = 1e-8;
+  ctitan::train::AdamW reference({{"w1", w1_ref}, {"w2", w2_ref}}, ref_options);
+  const double lr = 0.05;
+  for (int step = 0; step < 3; ++step) {
+    at::Tensor loss;
+    {
+      dist_autograd::Context ctx;
+      auto h = rpc::rpc_sync("worker1", "tanh_mm_rref", x, w1).toTensor();
+      loss = h.mm(w2.local_value().toTensor()).sum();
+      dist_autograd::backward(ctx, {loss});
+      optimizer.step(ctx, lr);
+    }
+    auto loss_ref = at::tanh(x.mm(w1_ref)).mm(w2_ref).sum();
+    loss_ref.backward();
+    reference.step(lr);
+    reference.zero_grad();
+    check_equal(loss.detach(), loss_ref.detach(), fmt::format("loss of step {}", step));
+  }
+  check_equal(w1.to_here_as<at::Tensor>(), w1_ref.detach(), "w1 (owned by worker1) after 3 steps");
+  check_equal(w2.local_value().toTensor().detach(), w2_ref.detach(), "w2 (owned by worker0) after 3 steps");
+  check(!at::equal(w1_ref.detach(), w1_init()), "the steps changed w1");
+}
+
+}  // namespace rpc_test
