@@ -28,8 +28,10 @@ void run_scenario(const std::string& scenario, int workers = 2) {
   }
   EXPECT_EQ(r.output.find("FAILED"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
-  // The agent's own warnings are silenced (CTITAN_RPC_VERBOSE=1 shows them).
+  // The agent's own warnings are silenced (CTITAN_RPC_VERBOSE=1 shows them); ctitan's own (a
+  // registry mismatch, RRefs left at shutdown) would mean a scenario is wrong.
   EXPECT_EQ(r.output.find("[W"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("rpc warning"), std::string::npos) << r.output;
 }
 
 TEST(CliRpc, CallsCarryEveryValueKindBothWays) { run_scenario("calls"); }

@@ -1,6 +1,7 @@
 // rpc_test_worker scenario `rref` (3 workers; docs/design/rpc.md sections 6 and 10). worker0 drives,
 // worker1 owns most values, worker2 is the third worker that forks reach; 1 and 2 only serve.
-// remote() and to_here(), local_value() on the owner only, remote() to self, RRef::local, failures
+// remote() and to_here(), local_value() on the owner only, C++ objects (local_object) that never
+// leave their owner, remote() to self, RRef::local, failures
 // of the function surfacing at to_here() (every kind), a to_here() timeout, RRefs as arguments (to
 // the owner, and forked 0 -> 2 for a value owned by 1, dropped in both orders) and as results (from
 // an owner parent and from a user parent), then, after every handle is dropped, leak counters
@@ -8,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -27,6 +29,12 @@ constexpr double kSettle = 10;
 // RRefs that worker2 keeps between calls: a fork that outlives the call that brought it.
 std::mutex kept_mutex;
 std::vector<rpc::RRef> kept;
+
+// A C++ object that lives on its owner behind an RRef (as DistributedOptimizer's local optimizers).
+struct Counter : torch::CustomClassHolder {
+  std::atomic<int64_t> count{0};
+};
+struct NotACounter : torch::CustomClassHolder {};
 
 double sum_of(const rpc::RRef& r) { return r.to_here_as<at::Tensor>().sum().item<double>(); }
 
@@ -69,6 +77,8 @@ void register_rref_functions() {
     return rpc::remote(owner, "add", x, 1);
   });
   rpc::register_function("rref_counts", [] { return counts_vector(); });
+  rpc::register_function("make_counter", [] { return c10::IValue::make_capsule(c10::make_intrusive<Counter>()); });
+  rpc::register_function("bump", [](const rpc::RRef& r) { return int64_t(++r.local_object<Counter>()->count); });
 }
 
 namespace {
@@ -135,6 +145,24 @@ void failures_surface_at_to_here() {
                    "to_here of a value the codec cannot carry", true);
 }
 
+void objects_stay_on_their_owner() {
+  rpc::RRef counter = rpc::remote("worker1", "make_counter");
+  check(rpc::rpc_sync("worker1", "bump", counter).toInt() == 1, "the owner reaches its object");
+  check(rpc::rpc_sync("worker1", "bump", counter).toInt() == 2, "the same object on the second call");
+  expect_rpc_error(rpc::RpcErrorKind::Remote, [&] { counter.to_here(); },
+                   "rpc to worker1 'to_here' failed on worker1: its value cannot be sent: rpc: value of type Capsule "
+                   "cannot leave its owner",
+                   "to_here of a C++ object", true);
+  rpc::RRef here = rpc::RRef::local(c10::IValue::make_capsule(c10::make_intrusive<Counter>()));
+  check(++here.local_object<Counter>()->count == 1, "local_object() on the owner");
+  expect_error<ctitan::InputError>([&] { here.local_object<NotACounter>(); },
+                                   "rpc: local_object() of an RRef whose value is Capsule", false,
+                                   "local_object() of another class");
+  expect_error<ctitan::InputError>([&] { rpc::RRef::local(at::ones({1})).local_object<Counter>(); },
+                                   "rpc: local_object() of an RRef whose value is Tensor", false,
+                                   "local_object() of a tensor");
+}
+
 void forks_to_a_third_worker() {
   // The creator drops its reference first: worker2's fork keeps the value alive on worker1.
   {
@@ -179,6 +207,7 @@ void run_rref(const Worker& w, rpc::RpcOptions& options) {
   if (w.rank != 0) return;  // serve until worker0 reaches shutdown
   remote_and_to_here();
   failures_surface_at_to_here();
+  objects_stay_on_their_owner();
   forks_to_a_third_worker();
   rrefs_as_results();
   // Every handle above is gone: the owners must free everything without shutdown's help.

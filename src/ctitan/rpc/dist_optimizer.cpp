@@ -78,14 +78,6 @@ class LocalOptimizer : public torch::CustomClassHolder {
   std::unique_ptr<train::AdamW> adamw_;  // null for sgd
 };
 
-c10::intrusive_ptr<LocalOptimizer> local_optimizer(const RRef& rref) {
-  auto value = rref.local_value();
-  c10::intrusive_ptr<LocalOptimizer> optimizer;
-  if (value.isCapsule()) optimizer = c10::dynamic_intrusive_pointer_cast<LocalOptimizer>(value.toCapsule());
-  if (!optimizer) throw std::invalid_argument("the RRef does not hold a local optimizer");
-  return optimizer;
-}
-
 }  // namespace
 
 namespace detail {
@@ -106,7 +98,7 @@ void register_builtin_functions() {
       return c10::IValue::make_capsule(c10::make_intrusive<LocalOptimizer>(kind, std::move(tensors), options));
     });
     register_function(kStep, [](const RRef& optimizer, int64_t context_id, double lr) {
-      local_optimizer(optimizer)->step(context_id, lr);
+      optimizer.local_object<LocalOptimizer>()->step(context_id, lr);
     });
   });
 }

@@ -159,6 +159,11 @@ c10::IValue RRef::local_value() const {
   return owner_value(static_cast<tdr::OwnerRRef&>(upstream(impl_)));
 }
 
+void RRef::not_an_object(const c10::IValue& value) {
+  throw InputError(fmt::format("rpc: local_object() of an RRef whose value is {}, not the C++ object asked for",
+                               value_type_name(value)));
+}
+
 RRef remote_function(const std::string& to, const std::string& function, std::vector<c10::IValue> args,
                      const CallOptions& options) {
   double default_timeout = 0;

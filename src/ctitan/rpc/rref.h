@@ -48,10 +48,24 @@ class RRef {
   // InputError: the value is not here; use to_here().
   c10::IValue local_value() const;
 
+  // The C++ object an owner RRef holds: a value made with c10::IValue::make_capsule(object) of a
+  // torch::CustomClassHolder subclass (by RRef::local, or returned by a remote() function). Such
+  // objects never leave their owner (to_here() of one fails). InputError if the value is another
+  // kind or another class.
+  template <typename T>
+  c10::intrusive_ptr<T> local_object() const {
+    c10::IValue value = local_value();
+    c10::intrusive_ptr<T> object;
+    if (value.isCapsule()) object = c10::dynamic_intrusive_pointer_cast<T>(value.toCapsule());
+    if (!object) not_an_object(value);
+    return object;
+  }
+
   const c10::intrusive_ptr<c10::RRefInterface>& impl() const { return impl_; }
 
  private:
   void require_valid(const char* what) const;
+  [[noreturn]] static void not_an_object(const c10::IValue& value);
   c10::intrusive_ptr<c10::RRefInterface> impl_;
 };
 
