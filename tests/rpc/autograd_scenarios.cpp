@@ -3,12 +3,15 @@
 //   dist_autograd  loss = sum(tanh(x w1) w2) with tanh(x w1) computed on worker1 (by rpc_sync, and
 //                  by remote() + to_here()): the loss and the gradients of w1 and w2 equal local
 //                  autograd's bitwise (the same ops in the same order on the same bytes); .grad()
-//                  stays untouched; a nested chain 0 -> 1 -> 0 carries the context (d/dx of 3*2x).
+//                  stays untouched; a nested chain 0 -> 1 -> 0 carries the context (d/dx of 3*2x),
+//                  also from an async function's own thread through ContextGuard.
 //   dist_optim     w1 owned by worker1, w2 by worker0: 3 steps of DistributedOptimizer("adamw")
 //                  equal 3 steps of one local train::AdamW bitwise, losses and parameters.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
+
+#include <thread>
 
 #include "ctitan/common/error.h"
 #include "ctitan/rpc/api.h"
@@ -31,6 +34,22 @@ void register_autograd_functions() {
   // Runs on worker1 inside the caller's context: its call back to `via` is recorded too.
   rpc::register_function("nested_scale", [](const std::string& via, const at::Tensor& x) {
     return rpc::rpc_sync(via, "mul2", x).toTensor() * 3;
+  });
+  // Asynchronous: the nested call is made by another thread, which takes the caller's context
+  // with a ContextGuard (without it the call would not be recorded and x would get no gradient).
+  rpc::register_function("async_mul2_via", [](const std::string& via, const at::Tensor& x) {
+    const auto context = dist_autograd::current_context_id();
+    rpc::Future result;
+    std::thread([result, context, via, x] {
+      try {
+        if (!context) throw std::logic_error("async_mul2_via: no dist_autograd context on the callee");
+        dist_autograd::ContextGuard guard(*context);
+        result.set_value(rpc::rpc_sync(via, "mul2", x));
+      } catch (...) {
+        result.set_error(std::current_exception());
+      }
+    }).detach();
+    return result;
   });
   rpc::register_function("make_param", [](const at::Tensor& init) { return init.clone().requires_grad_(); });
 }
@@ -90,6 +109,17 @@ void run_dist_autograd(const Worker& w, rpc::RpcOptions& options) {
     check_equal(dist_autograd::get_gradients(ctx).at(x), at::full({3}, 6.0f), "grad through 0 -> 1 -> 0");
     expect_error<std::logic_error>([] { dist_autograd::Context inner; }, "while context", false,
                                    "a second context on one thread");
+    check(dist_autograd::current_context_id() == ctx.id(), "current_context_id() is the Context's");
+  }
+  check(!dist_autograd::current_context_id(), "no current context after the Context is destroyed");
+  {
+    dist_autograd::Context ctx;
+    auto x = at::full({2}, 0.5f).requires_grad_();
+    auto y = rpc::rpc_sync("worker1", "async_mul2_via", "worker0", x).toTensor();
+    check(y.requires_grad(), "the async function's result requires grad");
+    dist_autograd::backward(ctx, {y.sum()});
+    check_equal(dist_autograd::get_gradients(ctx).at(x), at::full({2}, 2.0f),
+                "grad through an async function's thread (ContextGuard)");
   }
   expect_error<std::invalid_argument>([] { dist_autograd::get_gradients(int64_t(12345)); },
                                       "rpc: no dist_autograd context 12345 on this worker", false,

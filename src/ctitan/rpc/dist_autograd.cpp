@@ -52,6 +52,16 @@ ContextGuard::ContextGuard(int64_t id) : previous_(tda::DistAutogradContainer::c
 
 ContextGuard::~ContextGuard() { tda::DistAutogradContainer::forceCurrentContextId(previous_); }
 
+std::optional<int64_t> current_context_id() {
+  try {
+    auto& container = tda::DistAutogradContainer::getInstance();
+    if (container.hasValidContext()) return tda::DistAutogradContainer::currentContextId();
+  } catch (const c10::Error&) {
+    // The container does not exist before init_rpc: no context either.
+  }
+  return std::nullopt;
+}
+
 void backward(const Context& context, const std::vector<at::Tensor>& roots, bool retain_graph) {
   try {
     tda::backward(context.id(), roots, retain_graph);

@@ -18,6 +18,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace ctitan::rpc::dist_autograd {
@@ -49,6 +50,10 @@ class ContextGuard {
  private:
   int64_t previous_;
 };
+
+// The context current on this thread (a Context's, or the caller's inside a function a recorded
+// call runs), if any: what a continuation passes to ContextGuard.
+std::optional<int64_t> current_context_id();
 
 // Runs the backward pass from `roots` (scalars) through every worker the context's calls reached.
 // A failure anywhere is a std::runtime_error naming the context.
