@@ -5,12 +5,15 @@
 //                  autograd's bitwise (the same ops in the same order on the same bytes); .grad()
 //                  stays untouched; a nested chain 0 -> 1 -> 0 carries the context (d/dx of 3*2x),
 //                  also from an async function's own thread through ContextGuard.
-//   dist_optim     w1 owned by worker1, w2 by worker0: 3 steps of DistributedOptimizer("adamw")
-//                  equal 3 steps of one local train::AdamW bitwise, losses and parameters.
+//   dist_optim     w1 owned by worker1, w2 by worker0: 3 steps of DistributedOptimizer("adamw"),
+//                  clipped by the global norm (grad_sq_norm across owners), equal 3 steps of one
+//                  local train::AdamW bitwise: clip factors, losses and parameters.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cmath>
 #include <thread>
 
 #include "ctitan/common/error.h"
@@ -152,17 +155,33 @@ void run_dist_optim(const Worker& w, rpc::RpcOptions& options) {
   ref_options.eps = 1e-8;
   ctitan::train::AdamW reference({{"w1", w1_ref}, {"w2", w2_ref}}, ref_options);
   const double lr = 0.05;
+  // Clipped to a global norm of 0.1 (below the gradients' norm, so every step clips), as a
+  // trainer clipping across owners would: the squared norms are fp64 sums in owner order (worker0's
+  // w2, then worker1's w1), which the reference repeats.
+  const double max_norm = 0.1;
+  auto sq = [](const at::Tensor& g) { return g.to(at::kDouble).pow(2).sum().item<double>(); };
   for (int step = 0; step < 3; ++step) {
     at::Tensor loss;
+    double scale = 0;
     {
       dist_autograd::Context ctx;
       auto h = rpc::rpc_sync("worker1", "tanh_mm_rref", x, w1).toTensor();
       loss = h.mm(w2.local_value().toTensor()).sum();
       dist_autograd::backward(ctx, {loss});
-      optimizer.step(ctx, lr);
+      const double norm_sq = optimizer.grad_sq_norm(ctx);
+      scale = std::min(1.0, max_norm / (std::sqrt(norm_sq) + 1e-6));
+      optimizer.step(ctx, lr, scale);
     }
     auto loss_ref = at::tanh(x.mm(w1_ref)).mm(w2_ref).sum();
     loss_ref.backward();
+    const double norm_sq_ref = 0.0 + sq(w2_ref.grad()) + sq(w1_ref.grad());
+    const double scale_ref = std::min(1.0, max_norm / (std::sqrt(norm_sq_ref) + 1e-6));
+    check(scale == scale_ref && scale < 1, fmt::format("step {}: clip factor {} (reference {})", step, scale, scale_ref));
+    {
+      torch::NoGradGuard no_grad;
+      w1_ref.mutable_grad() = w1_ref.grad() * scale_ref;
+      w2_ref.mutable_grad() = w2_ref.grad() * scale_ref;
+    }
     reference.step(lr);
     reference.zero_grad();
     check_equal(loss.detach(), loss_ref.detach(), fmt::format("loss of step {}", step));

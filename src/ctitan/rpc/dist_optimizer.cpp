@@ -18,6 +18,7 @@ namespace {
 
 constexpr const char* kCreate = "ctitan.dist_optim.create";
 constexpr const char* kStep = "ctitan.dist_optim.step";
+constexpr const char* kGradSqNorm = "ctitan.dist_optim.grad_sq_norm";
 
 // Checked on the caller (at construction) and again on the owner.
 void validate(const std::string& optimizer, const c10::Dict<std::string, double>& options) {
@@ -53,23 +54,33 @@ class LocalOptimizer : public torch::CustomClassHolder {
     }
   }
 
-  void step(int64_t context_id, double lr) {
+  void step(int64_t context_id, double lr, double grad_scale) {
     auto grads = dist_autograd::get_gradients(context_id);
     // Steps from several trainers' contexts may arrive at once (PyTorch's global lock does the same).
     std::lock_guard<std::mutex> lock(mutex_);
     torch::NoGradGuard no_grad;
     for (auto& p : params_) {
       if (!grads.contains(p)) continue;
+      at::Tensor grad = grad_scale == 1.0 ? grads.at(p) : grads.at(p) * grad_scale;
       if (adamw_) {
-        p.mutable_grad() = grads.at(p);
+        p.mutable_grad() = grad;
       } else {
-        p.sub_(grads.at(p), lr);
+        p.sub_(grad, lr);
       }
     }
     if (adamw_) {
       adamw_->step(lr);
       adamw_->zero_grad();
     }
+  }
+
+  double grad_sq_norm(int64_t context_id) const {
+    auto grads = dist_autograd::get_gradients(context_id);
+    double sum = 0;
+    for (const auto& p : params_) {
+      if (grads.contains(p)) sum += grads.at(p).to(at::kDouble).pow(2).sum().item<double>();
+    }
+    return sum;
   }
 
  private:
@@ -97,8 +108,11 @@ void register_builtin_functions() {
       }
       return c10::IValue::make_capsule(c10::make_intrusive<LocalOptimizer>(kind, std::move(tensors), options));
     });
-    register_function(kStep, [](const RRef& optimizer, int64_t context_id, double lr) {
-      optimizer.local_object<LocalOptimizer>()->step(context_id, lr);
+    register_function(kStep, [](const RRef& optimizer, int64_t context_id, double lr, double grad_scale) {
+      optimizer.local_object<LocalOptimizer>()->step(context_id, lr, grad_scale);
+    });
+    register_function(kGradSqNorm, [](const RRef& optimizer, int64_t context_id) {
+      return optimizer.local_object<LocalOptimizer>()->grad_sq_norm(context_id);
     });
   });
 }
@@ -118,23 +132,38 @@ DistributedOptimizer::DistributedOptimizer(const std::string& optimizer, const s
   }
 }
 
-void DistributedOptimizer::step(const dist_autograd::Context& context, double lr) {
-  std::vector<Future> steps;
+std::vector<c10::IValue> DistributedOptimizer::on_every_owner(const char* function, int64_t context_id,
+                                                               const std::vector<double>& args) {
+  std::vector<Future> calls;
   for (const auto& [owner, optimizer] : local_optimizers_) {
-    steps.push_back(rpc_async(owner, kStep, optimizer, context.id(), lr));
+    std::vector<c10::IValue> values{c10::IValue(optimizer.impl()), c10::IValue(context_id)};
+    for (double a : args) values.emplace_back(a);
+    calls.push_back(call_function(owner, function, std::move(values), CallOptions{}));
   }
-  // Wait for every owner before reporting, so that no step is still running when this returns.
+  // Wait for every owner before reporting, so that nothing is still running when this returns.
+  std::vector<c10::IValue> results;
   std::string failures;
   std::optional<RpcErrorKind> kind;
-  for (size_t i = 0; i < steps.size(); ++i) {
+  for (auto& call : calls) {
     try {
-      steps[i].wait();
+      results.push_back(call.wait());
     } catch (const RpcError& e) {
       failures += (failures.empty() ? "" : "; ") + std::string(e.what());
       if (!kind) kind = e.kind();
     }
   }
-  if (kind) throw RpcError(*kind, "rpc: DistributedOptimizer step failed: " + failures);
+  if (kind) throw RpcError(*kind, fmt::format("rpc: DistributedOptimizer {} failed: {}", function, failures));
+  return results;
+}
+
+double DistributedOptimizer::grad_sq_norm(const dist_autograd::Context& context) {
+  double sum = 0;
+  for (const auto& partial : on_every_owner(kGradSqNorm, context.id(), {})) sum += partial.toDouble();
+  return sum;
+}
+
+void DistributedOptimizer::step(const dist_autograd::Context& context, double lr, double grad_scale) {
+  on_every_owner(kStep, context.id(), {lr, grad_scale});
 }
 
 }  // namespace ctitan::rpc

@@ -29,12 +29,19 @@ class DistributedOptimizer {
   DistributedOptimizer(const std::string& optimizer, const std::vector<RRef>& params,
                        const c10::Dict<std::string, double>& options = c10::Dict<std::string, double>());
 
-  // One step on every owner with learning rate `lr`. A parameter without a gradient in the context
-  // is left alone. Failures on any owners become one RpcError naming each failed worker.
-  void step(const dist_autograd::Context& context, double lr);
+  // The sum, over every owner, of the squares of the context's gradients of its parameters (in
+  // fp64): the square of the global gradient norm, so that clipping spans workers.
+  double grad_sq_norm(const dist_autograd::Context& context);
+
+  // One step on every owner with learning rate `lr`, each gradient multiplied by `grad_scale`
+  // first (a clipping factor; at 1 the gradients are used as they are). A parameter without a
+  // gradient in the context is left alone. Failures on any owners become one RpcError naming each.
+  void step(const dist_autograd::Context& context, double lr, double grad_scale = 1.0);
 
  private:
-  std::vector<std::pair<std::string, RRef>> local_optimizers_;  // (owner, RRef to its optimizer)
+  // Sends `function(optimizer, args...)` to every owner at once and waits for all.
+  std::vector<c10::IValue> on_every_owner(const char* function, int64_t context_id, const std::vector<double>& args);
+  std::vector<std::pair<std::string, RRef>> local_optimizers_;  // (owner, RRef to its optimizer), by owner name
 };
 
 }  // namespace ctitan::rpc
