@@ -7,7 +7,8 @@
 //                  also from an async function's own thread through ContextGuard.
 //   dist_optim     w1 owned by worker1, w2 by worker0: 3 steps of DistributedOptimizer("adamw"),
 //                  clipped by the global norm (grad_sq_norm across owners), equal 3 steps of one
-//                  local train::AdamW bitwise: clip factors, losses and parameters.
+//                  local train::AdamW bitwise: clip factors, losses and parameters; a failure on
+//                  one owner surfaces at step() naming it.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -140,6 +141,18 @@ void run_dist_optim(const Worker& w, rpc::RpcOptions& options) {
   expect_error<ctitan::InputError>([&] { rpc::DistributedOptimizer("adamw", {}, bad); },
                                    "rpc: DistributedOptimizer 'adamw' has no option 'momentum'", false,
                                    "unknown option");
+
+  {
+    // One owner's failure (worker1's "parameter" is a C++ object, so its optimizer was never
+    // made) surfaces at step, naming that worker; worker0's step still ran.
+    rpc::DistributedOptimizer broken("sgd", {rpc::RRef::local(leaf(w2_init())), rpc::remote("worker1", "make_counter")});
+    dist_autograd::Context ctx;
+    expect_rpc_error(rpc::RpcErrorKind::Remote, [&] { broken.step(ctx, 0.1); },
+                     "rpc: DistributedOptimizer ctitan.dist_optim.step failed: rpc to worker1 'ctitan.dist_optim.step' "
+                     "failed on worker1: rpc to worker1 'ctitan.dist_optim.create' failed on worker1: a parameter RRef "
+                     "holds a Capsule",
+                     "a failed owner at step");
+  }
 
   const auto x = input();
   rpc::RRef w1 = rpc::remote("worker1", "make_param", w1_init());
