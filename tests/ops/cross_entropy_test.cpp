@@ -40,5 +40,28 @@ TEST(FusedCrossEntropy, AllRowsIgnoredGivesZeroLossAndGradient) {
   EXPECT_EQ(logits.grad().abs().max().item<float>(), 0.0f);
 }
 
+// kDiscarded writes the gradient over the logits (the trainer's path): the same bits as kKept,
+// in the logits' own buffer, not a second (N, V) one. Both dtypes, with ignored rows.
+TEST(FusedCrossEntropy, DiscardedLogitsTakeTheGradientInTheirOwnBufferWithTheSameBits) {
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    torch::manual_seed(2);
+    auto x = inputs(64, 1000, dtype);
+    auto grad_for = [&](LogitsAfterLoss after, const void** grad_buffer, const void** logits_buffer) {
+      auto leaf = x[0].clone().set_requires_grad(true);
+      auto logits = leaf * 1;  // exact; a non-leaf, as a model's output is
+      *logits_buffer = logits.data_ptr();
+      logits.register_hook([grad_buffer](const torch::Tensor& g) { *grad_buffer = g.data_ptr(); });
+      cross_entropy_sum(logits, x[1], kIgnore, after).backward();
+      return leaf.grad();
+    };
+    const void *kept_grad = nullptr, *kept_logits = nullptr, *discarded_grad = nullptr, *discarded_logits = nullptr;
+    auto kept = grad_for(LogitsAfterLoss::kKept, &kept_grad, &kept_logits);
+    auto discarded = grad_for(LogitsAfterLoss::kDiscarded, &discarded_grad, &discarded_logits);
+    EXPECT_TRUE(torch::equal(kept, discarded)) << c10::toString(dtype);
+    EXPECT_NE(kept_grad, kept_logits) << c10::toString(dtype);
+    EXPECT_EQ(discarded_grad, discarded_logits) << c10::toString(dtype);
+  }
+}
+
 }  // namespace
 }  // namespace ctitan::ops

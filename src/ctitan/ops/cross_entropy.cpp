@@ -26,7 +26,7 @@ float row_logsumexp(const T* x, int64_t V) {
 class CrossEntropySum : public torch::autograd::Function<CrossEntropySum> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits_in, const torch::Tensor& labels_in,
-                               int64_t ignore_index) {
+                               int64_t ignore_index, bool overwrite_logits) {
     auto logits = logits_in.contiguous();
     auto labels = labels_in.to(torch::kLong).contiguous();
     int64_t N = logits.size(0), V = logits.size(1);
@@ -48,6 +48,7 @@ class CrossEntropySum : public torch::autograd::Function<CrossEntropySum> {
     });
     ctx->save_for_backward({logits, labels, lse});
     ctx->saved_data["ignore_index"] = ignore_index;
+    ctx->saved_data["overwrite_logits"] = overwrite_logits;
     return row_loss.to(torch::kDouble).sum().to(torch::kFloat);  // summed in double: N can be large
   }
 
@@ -57,7 +58,8 @@ class CrossEntropySum : public torch::autograd::Function<CrossEntropySum> {
     int64_t ignore_index = ctx->saved_data["ignore_index"].toInt();
     int64_t N = logits.size(0), V = logits.size(1);
     float g = grads[0].item<float>();
-    auto dlogits = torch::empty_like(logits);  // (N, V) in the logits' dtype
+    // (N, V) in the logits' dtype; over the logits themselves when the caller has dropped them.
+    auto dlogits = ctx->saved_data["overwrite_logits"].toBool() ? logits : torch::empty_like(logits);
     const int64_t* y = labels.data_ptr<int64_t>();
     const float* l = lse.data_ptr<float>();
     dispatch_float_or_bf16(logits.scalar_type(), "cross_entropy_sum", [&](auto tag) {
@@ -68,26 +70,30 @@ class CrossEntropySum : public torch::autograd::Function<CrossEntropySum> {
         for (int64_t i = begin; i < end; ++i) {
           const T* xr = x + i * V;
           T* dr = dx + i * V;
-          float gi = y[i] == ignore_index ? 0.0f : g;
+          const bool ignored = y[i] == ignore_index;
+          float gi = ignored ? 0.0f : g;
+          // Read before the row is written: dr may be xr.
+          const float label_logit = ignored ? 0.0f : to_float(xr[y[i]]);
           for (int64_t j = 0; j < V; ++j) dr[j] = from_float<T>(gi * fast_exp(to_float(xr[j]) - l[i]));
-          if (y[i] != ignore_index) dr[y[i]] = from_float<T>(gi * (fast_exp(to_float(xr[y[i]]) - l[i]) - 1.0f));
+          if (!ignored) dr[y[i]] = from_float<T>(gi * (fast_exp(label_logit - l[i]) - 1.0f));
         }
       });
     });
-    return {dlogits, torch::Tensor(), torch::Tensor()};
+    return {dlogits, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
-torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& labels, int64_t ignore_index) {
+torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& labels, int64_t ignore_index,
+                                LogitsAfterLoss after) {
   TORCH_CHECK(logits.dim() == 2 && labels.dim() == 1 && labels.size(0) == logits.size(0),
               "cross_entropy_sum: logits must be (N, V) and labels (N)");
   RECORD_FUNCTION("ctitan::cross_entropy_sum", std::vector<c10::IValue>());  // names the forward in profiles
   if (!fused_for("cross_entropy", logits)) return cross_entropy_sum_reference(logits, labels, ignore_index);
   // Autocast has nothing to do here: the math is fp32 whatever the storage dtype.
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCPU);
-  return CrossEntropySum::apply(logits, labels, ignore_index);
+  return CrossEntropySum::apply(logits, labels, ignore_index, after == LogitsAfterLoss::kDiscarded);
 }
 
 torch::Tensor row_max(const torch::Tensor& logits_in) {

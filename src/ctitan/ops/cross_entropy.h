@@ -10,9 +10,17 @@
 
 namespace ctitan::ops {
 
+// Whether anything reads the logits after the loss. A trainer drops them once the loss is
+// computed (kDiscarded): backward then writes the gradient over the saved logits instead of into
+// a second (N, V) buffer, so the start of backward holds one logits-sized tensor, not two. For
+// Llama 3's 128K vocabulary that buffer is the largest activation of the step. kKept (the
+// default) never touches the caller's tensor.
+enum class LogitsAfterLoss { kKept, kDiscarded };
+
 // logits: (N, V) fp32 or bf16; labels: (N) integer. Rows whose label is ignore_index add 0.
 // Returns sum over rows of (logsumexp(logits_row) - logits_row[label]) as a 0-d fp32 tensor.
-torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& labels, int64_t ignore_index);
+torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& labels, int64_t ignore_index,
+                                LogitsAfterLoss after = LogitsAfterLoss::kKept);
 
 // The same kernels for a vocabulary split over ranks (tensor parallelism's loss parallel,
 // parallel/tp/vocab_parallel_loss.h): each streams a row of this rank's (N, V_r) logits once in

@@ -4,9 +4,10 @@
 
 namespace ctitan::train {
 
-torch::Tensor summed_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels) {
+torch::Tensor summed_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels,
+                                   ops::LogitsAfterLoss after) {
   auto vocab = logits.size(-1);
-  return ops::cross_entropy_sum(logits.reshape({-1, vocab}), labels.reshape({-1}), kIgnoreIndex);
+  return ops::cross_entropy_sum(logits.reshape({-1, vocab}), labels.reshape({-1}), kIgnoreIndex, after);
 }
 
 torch::Tensor count_valid_tokens(const torch::Tensor& labels) { return (labels != kIgnoreIndex).sum(); }

@@ -212,7 +212,9 @@ torch::Tensor Trainer::summed_loss(const torch::Tensor& logits, const torch::Ten
   if (tensor_parallel_ && tensor_parallel_->loss_parallel()) {
     return tensor_parallel_->vocab_parallel_cross_entropy_sum(logits, labels, kIgnoreIndex);  // logits (B, T, V/tp)
   }
-  return summed_cross_entropy(logits, labels);  // logits (B, T, V)
+  // Every caller drops the logits once it has the loss (training, validation, the pipeline's
+  // last stage), so backward may write the gradient over them.
+  return summed_cross_entropy(logits, labels, ops::LogitsAfterLoss::kDiscarded);  // logits (B, T, V)
 }
 
 std::unique_ptr<data::PackedLoader> Trainer::make_loader(const std::string& path, const std::string& format,
