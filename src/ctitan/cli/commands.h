@@ -16,6 +16,8 @@ void add_checkpoint_export_commands(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_estimate_command(CLI::App& app);
+// `ctitan ps`: the parameter server (ps.cpp, src/ctitan/ps/).
+void add_ps_command(CLI::App& app);
 
 // The check on every `--config` option (train.cpp): the path must name a readable file. A
 // directory (which would read as an empty config), a missing or unreadable file is a usage

@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   ctitan::cli::add_generate_command(app);
   ctitan::cli::add_report_command(app);
   ctitan::cli::add_estimate_command(app);
+  ctitan::cli::add_ps_command(app);
   spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
   try {
     app.parse(argc, argv);

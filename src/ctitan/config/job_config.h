@@ -154,6 +154,13 @@ struct ActivationCheckpoint {
   std::string selective_ac_option = "2";  // selective: an integer k (every k-th block), or "op" (op_selective_checkpoint.h)
 };
 
+// `ctitan ps` (src/ctitan/ps/): rank 0 serves the parameters, the other ranks train.
+struct Ps {
+  std::string mode = "gradients";       // gradients (trainers push gradients) | dist_autograd (not built yet)
+  int64_t batch_size = -1;              // pushes per update; -1 = every trainer's (world size - 1)
+  double round_timeout_seconds = 300;   // a round not complete by then fails, naming who has not pushed
+};
+
 struct JobConfig {
   Job job;
   Model model;
@@ -168,6 +175,7 @@ struct JobConfig {
   Comm comm;
   Checkpoint checkpoint;
   ActivationCheckpoint activation_checkpoint;
+  Ps ps;
 };
 
 }  // namespace ctitan::config

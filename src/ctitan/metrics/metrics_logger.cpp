@@ -143,6 +143,7 @@ void MetricsLogger::log(const StepMetrics& m) {
     row["pp_memory_peak_bytes"] = m.pp_memory_peak_bytes;
     row["pp_model_state_bytes"] = m.pp_model_state_bytes;
   }
+  for (const auto& [name, value] : m.extra) row[name] = pct(value);
   jsonl_ << row.dump() << '\n';
   check_jsonl();
 }

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ctitan/metrics/monitoring.h"
@@ -48,6 +49,8 @@ struct StepMetrics {
   // the window's peak live bytes, and the model state (parameters, gradients, optimizer state)
   // at the log step. Their difference is what the schedule's in-flight activations cost.
   std::vector<double> pp_memory_peak_bytes, pp_model_state_bytes;
+  // More numbers for the metrics.jsonl row, by field name (ctitan ps: RPC latency and bytes).
+  std::vector<std::pair<std::string, double>> extra;
 };
 
 // Makes `path` ready for a run that starts after step `resumed_step` (0: a fresh run). A fresh run

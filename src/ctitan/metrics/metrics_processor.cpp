@@ -127,6 +127,7 @@ void MetricsProcessor::log(int64_t step, const torch::Tensor& loss, const torch:
   m.memory_params_bytes = state_bytes[0];
   m.memory_grads_bytes = state_bytes[1];
   m.memory_optimizer_bytes = state_bytes[2];
+  if (setup_.extra_fields) m.extra = setup_.extra_fields(window_.steps);
   logger_.log(m);
   if (!std::isfinite(m.loss)) spdlog::warn("step {}: loss is {}", step, m.loss);
 

@@ -35,6 +35,9 @@ struct MetricsSetup {
   std::string tensorboard_dir;          // empty: no TensorBoard events from this rank
   double pp_bubble_theory = NAN;        // pipeline parallelism: the schedule's idle share in theory
   int pp_rank = 0, pp_size = 1;         // pipeline parallelism: this rank's stage group, and how many
+  // More fields for each metrics.jsonl row, read once per log step with the window's step count
+  // (ctitan ps: its RPC latency and bytes). Unset: none.
+  std::function<std::vector<std::pair<std::string, double>>(int64_t window_steps)> extra_fields;
 };
 
 // The tensors whose storage makes up this rank's model state at a log step.

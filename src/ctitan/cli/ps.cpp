@@ -1,0 +1,91 @@
+// `ctitan ps --config FILE [--section.key value ...]` under `ctitan run --nproc-per-node N`: the
+// batched parameter server (docs/RPC.md). Rank 0 serves, ranks 1..N-1 train.
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+#include <memory>
+
+#include "ctitan/cli/commands.h"
+#include "ctitan/common/threads.h"
+#include "ctitan/config/config_help.h"
+#include "ctitan/config/config_manager.h"
+#include "ctitan/distributed/dist_env.h"
+#include "ctitan/metrics/memory_tracker.h"
+#include "ctitan/ps/ps_config.h"
+#include "ctitan/ps/ps_functions.h"
+#include "ctitan/ps/server.h"
+#include "ctitan/ps/trainer.h"
+#include "ctitan/rpc/agent.h"
+
+namespace ctitan::cli {
+namespace {
+
+// Shuts the agent down on every way out: graceful after a run that ended well (every process
+// waits for the others), non-graceful when an exception unwinds (a peer may be gone, and the
+// error line must come out now, not after a barrier that never completes).
+class RpcRuntime {
+ public:
+  RpcRuntime(const std::string& name, const rpc::RpcOptions& options) { rpc::init_rpc(name, options); }
+  ~RpcRuntime() {
+    if (!graceful_) rpc::shutdown(/*graceful=*/false);
+  }
+  void shutdown() {
+    rpc::shutdown();
+    graceful_ = true;
+  }
+
+ private:
+  bool graceful_ = false;
+};
+
+// Unsets this process's RPC handlers before the objects they reach are destroyed.
+struct ServeScope {
+  explicit ServeScope(ps::Endpoints endpoints) { ps::serve(std::move(endpoints)); }
+  ~ServeScope() { ps::serve({}); }
+};
+
+void run_ps(config::JobConfig config) {
+  const auto env = distributed::read_dist_env();
+  const auto layout = ps::validate_ps_config(config, env.rank, env.world_size);
+  metrics::install_memory_tracker();
+  ps::register_ps_functions();
+  rpc::RpcOptions options;
+  options.init_timeout_seconds = double(config.comm.init_timeout_seconds);
+  // Each trainer holds one push (blocking a pool thread only until its handler returns) and
+  // the server one hold per trainer: a small pool is enough and spares the cores.
+  options.num_worker_threads = 4;
+  if (layout.is_server()) {
+    ps::ParameterServer server(std::move(config), layout);
+    ServeScope serving({.join = [&](int64_t rank) { return server.join(rank); },
+                        .push = [&](ps::Push p) { return server.push(std::move(p)); }});
+    RpcRuntime runtime(ps::server_name(), options);
+    server.run();
+    runtime.shutdown();
+  } else {
+    ps::GradientTrainer trainer(std::move(config), layout);
+    ServeScope serving({.hold = [&] { return trainer.hold(); }});
+    RpcRuntime runtime(ps::trainer_name(layout.rank), options);
+    trainer.run();
+    runtime.shutdown();
+  }
+}
+
+}  // namespace
+
+void add_ps_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "ps", "Parameter server: run as `ctitan run --nproc-per-node N ps --config FILE`; rank 0 serves, 1..N-1 train");
+  auto config_path = std::make_shared<std::string>();
+  cmd->add_option("--config,--job.config_file", *config_path, "TOML job config")->check(config_file_check());
+  cmd->allow_extras();
+  cmd->footer(config::keys_help());
+  cmd->callback([cmd, config_path] {
+    auto config = config::load_job_config(*config_path, cmd->remaining());
+    configure_threads();
+    if (config.job.print_config) std::cout << config::to_toml(config) << std::flush;
+    if (!config.job.description.empty()) spdlog::info("job: {}", config.job.description);
+    run_ps(std::move(config));
+  });
+}
+
+}  // namespace ctitan::cli

@@ -1,0 +1,65 @@
+#pragma once
+// One round of the batched parameter server: a slot per trainer, filled by pushes on the RPC
+// agent's threads, and one shared future that answers every trainer of the round at once
+// (PyTorch's batch-update parameter server, with the update moved to the server's main thread so
+// that the round can time out and a lost trainer can end it).
+#include <torch/torch.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ctitan/rpc/future.h"
+
+namespace ctitan::ps {
+
+struct Push {
+  int rank = 0;            // the trainer's rank (1..trainers)
+  int64_t step = 0;        // the step the gradient is for (1-based)
+  torch::Tensor grads;     // (numel,) fp32: gradient of the trainer's SUMMED token loss
+  int64_t tokens = 0;      // valid tokens the trainer's loss summed over
+  double loss_sum = 0;     // the trainer's summed cross-entropy
+  double last_latency_s = -1;  // the trainer's previous push, push to new parameters (-1: none yet)
+};
+
+class GradientRound {
+ public:
+  // Slots for trainer ranks 1..trainers; the first round is for `first_step`.
+  GradientRound(int trainers, int64_t first_step);
+
+  // On an agent thread: stores `push` in its trainer's slot and returns the round's shared
+  // future (completed by finish() with the new parameters). Throws, naming the trainer, for a
+  // push of another step or a second push in one round; that error reaches the trainer.
+  rpc::Future add(Push push);
+
+  // On the main thread: the round's pushes in rank order once every slot is full. Throws one
+  // line naming the trainers that have not pushed after `timeout_s`, or the error given to fail().
+  std::vector<Push> wait_full(double timeout_s);
+
+  // Answers every trainer of the round with `params` and opens the next round. The state is
+  // reset under the lock before the future completes, so a trainer's next push always lands
+  // in the next round.
+  void finish(const torch::Tensor& params);
+
+  // A trainer is lost (its liveness call failed): wakes wait_full with `message`, and fails
+  // the shared future so that the other trainers stop too.
+  void fail(const std::string& message);
+
+  int64_t step() const;
+
+ private:
+  std::string missing_locked() const;
+
+  mutable std::mutex mutex_;
+  std::condition_variable full_;
+  int64_t step_;
+  std::vector<std::optional<Push>> slots_;  // by rank - 1
+  int filled_ = 0;
+  rpc::Future shared_;
+  std::string failure_;
+};
+
+}  // namespace ctitan::ps

@@ -1,0 +1,24 @@
+#include "ctitan/ps/model_setup.h"
+
+#include "ctitan/train/model_builder.h"
+
+namespace ctitan::ps {
+
+SeededModel build_seeded_model(const config::JobConfig& config) {
+  // The Trainer's order: seed, deterministic switch, tokenizer, args, build (init uses the RNG).
+  torch::manual_seed(uint64_t(config.debug.seed));
+  if (config.debug.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+  SeededModel out;
+  if (!config.model.tokenizer_path.empty()) {
+    out.tokenizer = std::make_shared<data::Tokenizer>(data::Tokenizer::load(config.model.tokenizer_path));
+  }
+  out.args = train::model_args_from_config(config, out.tokenizer.get());
+  out.model = train::build_model(out.args, torch::Device(torch::kCPU));
+  for (const auto& item : out.model->named_parameters()) {
+    out.named_params.emplace_back(item.key(), item.value());
+    out.params.push_back(item.value());
+  }
+  return out;
+}
+
+}  // namespace ctitan::ps

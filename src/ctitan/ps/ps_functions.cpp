@@ -1,0 +1,45 @@
+#include "ctitan/ps/ps_functions.h"
+
+#include <mutex>
+#include <stdexcept>
+
+#include "ctitan/rpc/registry.h"
+
+namespace ctitan::ps {
+namespace {
+
+std::mutex g_mutex;
+Endpoints g_endpoints;
+
+Endpoints endpoints() {
+  std::lock_guard lock(g_mutex);
+  return g_endpoints;
+}
+
+}  // namespace
+
+void serve(Endpoints e) {
+  std::lock_guard lock(g_mutex);
+  g_endpoints = std::move(e);
+}
+
+void register_ps_functions() {
+  rpc::register_function("ps.join", [](int64_t rank) {
+    auto e = endpoints();
+    if (!e.join) throw std::runtime_error("ps.join is served by the server (rank 0) only");
+    return e.join(rank);
+  });
+  rpc::register_function("ps.push", [](int64_t rank, int64_t step, const at::Tensor& grads, int64_t tokens,
+                                       double loss_sum, double last_latency_s) {
+    auto e = endpoints();
+    if (!e.push) throw std::runtime_error("ps.push is served by the server (rank 0) only");
+    return e.push(Push{int(rank), step, grads, tokens, loss_sum, last_latency_s});
+  });
+  rpc::register_function("ps.hold", [] {
+    auto e = endpoints();
+    if (!e.hold) throw std::runtime_error("ps.hold is served by trainers only");
+    return e.hold();
+  });
+}
+
+}  // namespace ctitan::ps

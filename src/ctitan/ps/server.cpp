@@ -1,0 +1,129 @@
+#include "ctitan/ps/server.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "ctitan/metrics/memory_tracker.h"
+#include "ctitan/metrics/peak_flops.h"
+#include "ctitan/models/llama/flops.h"
+#include "ctitan/ps/flat_params.h"
+#include "ctitan/rpc/api.h"
+#include "ctitan/train/grad_clip.h"
+
+namespace ctitan::ps {
+
+ParameterServer::ParameterServer(config::JobConfig config, PsLayout layout)
+    : config_(std::move(config)), layout_(layout), model_(build_seeded_model(config_)) {
+  const auto& o = config_.optimizer;
+  optimizer_ = std::make_unique<train::AdamW>(model_.named_params,
+                                              train::AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
+  lr_scheduler_ = std::make_unique<train::LrScheduler>(config_.lr_scheduler, config_.training.steps, o.lr);
+  round_ = std::make_shared<GradientRound>(layout_.trainers(), step_ + 1);
+  flat_params_ = flatten(model_.params);
+
+  const bool bf16 = config_.training.mixed_precision_param == torch::kBFloat16;
+  metrics::MetricsSetup setup;
+  setup.flops_per_token = models::llama::flops_per_token(model_.args, config_.training.seq_len);
+  setup.peak_flops = metrics::resolve_peak_flops(config_.metrics.peak_flops, bf16 ? torch::kBFloat16 : torch::kFloat).flops;
+  setup.memory_capacity_bytes = metrics::physical_memory_bytes() / layout_.world_size;
+  setup.comm_bytes = [this] { return stats_.total_bytes(); };
+  setup.extra_fields = [this](int64_t window_steps) { return stats_.take_fields(window_steps); };
+  if (config_.metrics.enable_jsonl) {
+    setup.jsonl_path = (std::filesystem::path(config_.job.dump_folder) / "metrics.jsonl").string();
+    metrics::prepare_metrics_file(setup.jsonl_path, step_);
+  }
+  metrics_ = std::make_unique<metrics::MetricsProcessor>(std::move(setup));
+  spdlog::info("ps: server of {} trainers; model {:.2f}M params ({} floats per push), {} steps",
+               layout_.trainers(), double(total_numel(model_.params)) / 1e6, total_numel(model_.params),
+               config_.training.steps);
+}
+
+std::tuple<int64_t, torch::Tensor> ParameterServer::join(int64_t rank) {
+  if (rank < 1 || rank > layout_.trainers()) {
+    throw std::runtime_error(fmt::format("ps.join from rank {}, which is not a trainer (1..{})", rank, layout_.trainers()));
+  }
+  std::lock_guard lock(params_mutex_);
+  return {step_, flat_params_};
+}
+
+void ParameterServer::watch_trainers() {
+  for (int rank = 1; rank <= layout_.trainers(); ++rank) {
+    // No timeout: only the trainer's end (or death) completes it.
+    auto hold = rpc::rpc_async(trainer_name(rank), "ps.hold", rpc::CallOptions{.timeout_seconds = 0});
+    hold.then([round = round_, rank](const rpc::Future& done) {
+      try {
+        done.wait();
+      } catch (const std::exception& e) {
+        round->fail(fmt::format("ps: {} (rank {}) is gone: {}", trainer_name(rank), rank, e.what()));
+      }
+    });
+    holds_.push_back(hold);
+  }
+}
+
+void ParameterServer::run() {
+  watch_trainers();
+  const auto& t = config_.training;
+  spdlog::info("ps: training steps {} .. {}", step_ + 1, t.steps);
+  metrics_->start_window();
+  while (step_ < t.steps) {
+    // The first round includes every trainer's model build and first batch; later rounds one step.
+    auto pushes = round_->wait_full(config_.ps.round_timeout_seconds);
+    int64_t tokens = 0;
+    for (const auto& p : pushes) tokens += p.tokens;
+    auto grad_norm = update(pushes, tokens);
+    ++step_;
+    auto flat = flatten(model_.params);  // (numel,) fp32, sent to every trainer
+    {
+      std::lock_guard lock(params_mutex_);
+      flat_params_ = flat;
+    }
+    for (const auto& p : pushes) {
+      stats_.add_latency(p.last_latency_s);
+      stats_.add_bytes(int64_t(p.grads.nbytes() + flat.nbytes()));
+    }
+    round_->finish(flat);
+    metrics_->record_step(tokens, 0);
+    if (step_ % config_.metrics.log_freq == 0 || step_ == t.steps) log_step(pushes, tokens, grad_norm);
+  }
+  // Every trainer completes its hold after its last round; then all shut down together.
+  for (auto& hold : holds_) hold.wait();
+  metrics_->log_summary();
+  metrics_->flush();
+}
+
+torch::Tensor ParameterServer::update(const std::vector<Push>& pushes, int64_t tokens) {
+  // In rank order, whatever order the pushes arrived in: the sum is the same bytes every run.
+  auto grads = pushes.front().grads.clone();  // (numel,) fp32
+  for (size_t i = 1; i < pushes.size(); ++i) grads += pushes[i].grads;
+  // Each trainer's gradient is of its summed loss: divided by the round's tokens it is the
+  // gradient of the token-weighted mean, as `ctitan train` divides by the global batch's tokens.
+  grads.div_(double(std::max<int64_t>(tokens, 1)));
+  assign_grads(grads, model_.params);
+  auto grad_norm = train::clip_grad_norm(model_.params, config_.training.max_norm);
+  const float norm = grad_norm.item<float>();
+  if (!std::isfinite(norm)) {
+    throw std::runtime_error(fmt::format("ps: step {}: the gradient norm is {} (a non-finite loss or gradient): "
+                                         "training stopped before the update; lower optimizer.lr or "
+                                         "training.max_norm, or check the data", step_ + 1, norm));
+  }
+  optimizer_->step(lr_scheduler_->current_lr());
+  lr_scheduler_->step();
+  return grad_norm;
+}
+
+void ParameterServer::log_step(const std::vector<Push>& pushes, int64_t tokens, const torch::Tensor& grad_norm) {
+  double loss_sum = 0, max_loss = 0;
+  for (const auto& p : pushes) {
+    loss_sum += p.loss_sum;
+    max_loss = std::max(max_loss, p.loss_sum / double(std::max<int64_t>(p.tokens, 1)));
+  }
+  auto loss = torch::tensor(loss_sum / double(std::max<int64_t>(tokens, 1)), torch::kDouble);
+  metrics_->log(step_, loss, torch::tensor(max_loss, torch::kDouble), grad_norm,
+                config_.optimizer.lr * lr_scheduler_->factor(step_ - 1), {model_.params, optimizer_->state_dict()});
+}
+
+}  // namespace ctitan::ps

@@ -1,0 +1,58 @@
+#pragma once
+// The parameter server of `ctitan ps --ps.mode gradients` (rank 0): holds the master parameters,
+// AdamW and the LR schedule; each round it sums the trainers' gradients in rank order, divides by
+// the round's tokens, clips, steps, and answers every trainer with the new parameters at once.
+// It logs metrics.jsonl and the console line as `ctitan train` does.
+#include <torch/torch.h>
+
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "ctitan/config/job_config.h"
+#include "ctitan/metrics/metrics_processor.h"
+#include "ctitan/ps/gradient_round.h"
+#include "ctitan/ps/model_setup.h"
+#include "ctitan/ps/ps_config.h"
+#include "ctitan/ps/push_stats.h"
+#include "ctitan/rpc/future.h"
+#include "ctitan/train/adamw.h"
+#include "ctitan/train/lr_scheduler.h"
+
+namespace ctitan::ps {
+
+class ParameterServer {
+ public:
+  ParameterServer(config::JobConfig config, PsLayout layout);
+
+  // Handlers for ps_functions (agent threads).
+  std::tuple<int64_t, torch::Tensor> join(int64_t rank);
+  rpc::Future push(Push push) { return round_->add(std::move(push)); }
+
+  // After init_rpc: runs the rounds of steps 1..training.steps; returns when every trainer is
+  // done. Throws one line when a round times out or a trainer is lost.
+  void run();
+
+ private:
+  // Calls ps.hold on every trainer; a failed one (the trainer died) fails the current round.
+  void watch_trainers();
+  // Sum in rank order, divide by the tokens, clip, step, schedule. Returns the norm before clipping.
+  torch::Tensor update(const std::vector<Push>& pushes, int64_t tokens);
+  void log_step(const std::vector<Push>& pushes, int64_t tokens, const torch::Tensor& grad_norm);
+
+  config::JobConfig config_;
+  PsLayout layout_;
+  SeededModel model_;
+  std::unique_ptr<train::AdamW> optimizer_;
+  std::unique_ptr<train::LrScheduler> lr_scheduler_;
+  std::unique_ptr<metrics::MetricsProcessor> metrics_;
+  // Shared with the liveness callbacks, which may run after a failed run() has returned.
+  std::shared_ptr<GradientRound> round_;
+  std::vector<rpc::Future> holds_;  // one ps.hold call per trainer, by rank - 1
+  PushStats stats_;
+  std::mutex params_mutex_;
+  torch::Tensor flat_params_;  // (numel,) fp32: what ps.join hands out
+  int64_t step_ = 0;
+};
+
+}  // namespace ctitan::ps
