@@ -11,13 +11,14 @@ backend, Python functions) on this machine, in one run (issue #13 section 6):
 ctitan's side is build/bin/rpc_bench under `ctitan run --exec`; PyTorch's is bench/rpc_torch.py
 (torch.multiprocessing). Both use the same cases, call and round counts, warm-up (excluded from
 the timing), agent pool threads (16, PyTorch's default), TensorPipe channels (cma, basic: ctitan's
-default) and one intra-op thread per process. rpc_bench.cpp's header says what each case does.
+default) and one intra-op thread per process. Each figure is the best of --repeats runs of each
+side, the sides alternating. rpc_bench.cpp's header says what each case does.
 
 Targets: latency <= PyTorch's, throughput >= 2x PyTorch's. On 2 cores the processes time-slice:
 3 and 5 workers (2 and 4 trainers) share two cores, and so do TensorPipe's and the pool's threads.
 
 Usage: bench/rpc.py [--ctitan build/bin/ctitan] [--python PY] [--calls 2000] [--warmup 200]
-       [--rounds 20] [--warmup-rounds 3] [--trainers 1,2,4]
+       [--rounds 20] [--warmup-rounds 3] [--trainers 1,2,4] [--repeats 2]
 """
 import argparse
 import json
@@ -59,6 +60,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=20, help="timed parameter-server rounds")
     parser.add_argument("--warmup-rounds", type=int, default=3)
     parser.add_argument("--trainers", default="1,2,4")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each side per case, alternating; "
+                                                                   "the best figure of each side is shown")
     parser.add_argument("--numel", type=int, default=6163712, help="parameter floats (debugmodel's count)")
     args = parser.parse_args()
     rpc_bench = args.rpc_bench or os.path.join(os.path.dirname(args.ctitan), "rpc_bench")
@@ -71,27 +74,38 @@ def main():
               "--rounds", str(args.rounds), "--warmup-rounds", str(args.warmup_rounds), "--numel", str(args.numel),
               "--threads", "16"]
 
+    def best(runs, key, lower):
+        values = [r[key] for r in runs]
+        return min(values) if lower else max(values)
+
     def both(mode, nproc):
-        ours = records("rpc_bench", lib.run("rpc", lib.launch(args.ctitan, nproc) +
-                                            ["--exec", rpc_bench, "--mode", mode] + common, env))
-        theirs = records("rpc_torch.py", lib.run("rpc", [args.python, TORCH_SIDE, "--mode", mode, "--nproc",
-                                                         str(nproc)] + common, env))
-        return ours, theirs
+        """Each side's records, best of --repeats runs per figure; the sides alternate, so a
+        change of load on the shared machine reaches both."""
+        ours, theirs = [], []
+        for _ in range(args.repeats):
+            ours.append(records("rpc_bench", lib.run("rpc", lib.launch(args.ctitan, nproc) +
+                                                     ["--exec", rpc_bench, "--mode", mode] + common, env)))
+            theirs.append(records("rpc_torch.py", lib.run("rpc", [args.python, TORCH_SIDE, "--mode", mode,
+                                                                  "--nproc", str(nproc)] + common, env)))
+        return list(zip(*ours)), list(zip(*theirs))  # per case: that case's record from every run
 
     rows = []  # (label, ctitan, PyTorch, unit, lower is better)
     ours, theirs = both("p2p", 2)
     for a, b in zip(ours, theirs):
-        if a["rpc_bench"] == "latency":
-            what = "no-op" if a["payload"] == "noop" else "1 MB echo"
-            rows.append((f"{what} latency p50", a["p50_us"], b["p50_us"], "us", True))
-            rows.append((f"{what} latency p99", a["p99_us"], b["p99_us"], "us", True))
+        if a[0]["rpc_bench"] == "latency":
+            what = "no-op" if a[0]["payload"] == "noop" else "1 MB echo"
+            for q in ("p50", "p99"):
+                rows.append((f"{what} latency {q}", best(a, f"{q}_us", True), best(b, f"{q}_us", True), "us", True))
         else:
-            n = a["outstanding"]
-            rows.append((f"no-op calls/s, {n} outstanding", a["calls_per_s"], b["calls_per_s"], "/s", False))
+            n = a[0]["outstanding"]
+            rows.append((f"no-op calls/s, {n} outstanding", best(a, "calls_per_s", False),
+                         best(b, "calls_per_s", False), "/s", False))
     updates = []
     for trainers in [int(t) for t in args.trainers.split(",")]:
         ours, theirs = both("ps", trainers + 1)
-        a, b = ours[0], theirs[0]
+        # Each side's fastest run, with that run's update time.
+        a = max(ours[0], key=lambda r: r["rounds_per_s"])
+        b = max(theirs[0], key=lambda r: r["rounds_per_s"])
         rows.append((f"PS rounds/s, {trainers} trainer{'s' if trainers > 1 else ''}", a["rounds_per_s"],
                      b["rounds_per_s"], "/s", False))
         updates.append((trainers, a["update_ms"], b["update_ms"], a["rounds_per_s"], b["rounds_per_s"]))
@@ -100,14 +114,16 @@ def main():
           f"functions), same machine, one run")
     print(f"  {cpu_name()}; 16 pool threads, channels cma+basic, 1 intra-op thread per process; "
           f"{args.calls} timed calls per case ({args.calls // 2} for the echo) after {args.warmup} "
-          f"({args.warmup // 2}); {args.rounds} PS rounds after {args.warmup_rounds}, {args.numel} fp32 parameters")
+          f"({args.warmup // 2}); {args.rounds} PS rounds after {args.warmup_rounds}, {args.numel} fp32 parameters; "
+          f"best of {args.repeats} alternating runs per side")
     print(f"  {'':34s} {'ctitan':>10s} {'PyTorch':>10s} {'ctitan/PyTorch':>15s} {'target':>8s} {'met':>4s}")
     for label, a, b, unit, lower in rows:
         ratio = a / b
         met = ratio <= 1.0 if lower else ratio >= 2.0
         print(f"  {label + ' (' + unit + ')':34s} {a:10.1f} {b:10.1f} {ratio:14.2f}x "
               f"{'<= 1.00' if lower else '>= 2.00':>8s} {'yes' if met else 'no':>4s}")
-    print("  PS: the server's update (sum of the T gradients + one axpy) per round, and its share of the round:")
+    print("  PS: the server's update per round (sum of the T gradients, one axpy; the same ATen ops on both sides) "
+          "and its share of the round:")
     for trainers, ua, ub, ra, rb in updates:
         print(f"    {trainers} trainer{'s' if trainers > 1 else ' '}  ctitan {ua:6.2f} ms ({100 * ua * ra / 1e3:4.1f}%)"
               f"   PyTorch {ub:6.2f} ms ({100 * ub * rb / 1e3:4.1f}%)")
