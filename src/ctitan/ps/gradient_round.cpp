@@ -74,15 +74,12 @@ void GradientRound::finish(const torch::Tensor& params) {
 }
 
 void GradientRound::fail(const std::string& message) {
-  rpc::Future pending;
   {
     std::lock_guard lock(mutex_);
     if (!failure_.empty()) return;
     failure_ = message;
-    pending = shared_;
   }
   full_.notify_one();
-  pending.set_error(std::make_exception_ptr(std::runtime_error(message)));
 }
 
 }  // namespace ctitan::ps

@@ -44,8 +44,9 @@ class GradientRound {
   // in the next round.
   void finish(const torch::Tensor& params);
 
-  // A trainer is lost (its liveness call failed): wakes wait_full with `message`, and fails
-  // the shared future so that the other trainers stop too.
+  // A trainer is lost (its liveness call failed): wakes wait_full with `message`. The other
+  // trainers' pushes stay pending: they fail (connection to ps lost) when the server exits, after
+  // its own line, so the launcher reports the server's error, which names the lost trainer.
   void fail(const std::string& message);
 
   int64_t step() const;

@@ -49,7 +49,6 @@ PsLayout validate_ps_config(const config::JobConfig& config, int rank, int world
   if (config.checkpoint.enable) {
     throw ConfigError("checkpoint.enable is not supported by ctitan ps yet (docs/RPC.md): run without checkpoints");
   }
-  if (config.validation.enable) refuse("validation.enable", "true");
   if (config.profiling.enable_profiling) refuse("profiling.enable_profiling", "true");
   const auto& t = config.training;
   if (t.global_batch_size > 0 && t.global_batch_size % (t.local_batch_size * layout.trainers()) != 0) {

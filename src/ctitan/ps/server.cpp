@@ -6,12 +6,15 @@
 #include <cmath>
 #include <filesystem>
 
+#include "ctitan/data/packed_loader.h"
 #include "ctitan/metrics/memory_tracker.h"
 #include "ctitan/metrics/peak_flops.h"
 #include "ctitan/models/llama/flops.h"
 #include "ctitan/ps/flat_params.h"
 #include "ctitan/rpc/api.h"
+#include "ctitan/train/autocast.h"
 #include "ctitan/train/grad_clip.h"
+#include "ctitan/train/loss.h"
 
 namespace ctitan::ps {
 
@@ -88,6 +91,8 @@ void ParameterServer::run() {
     round_->finish(flat);
     metrics_->record_step(tokens, 0);
     if (step_ % config_.metrics.log_freq == 0 || step_ == t.steps) log_step(pushes, tokens, grad_norm);
+    // The trainers compute the next step meanwhile; its round waits for this.
+    if (config_.validation.enable && (step_ % config_.validation.freq == 0 || step_ == t.steps)) validate();
   }
   // Every trainer completes its hold after its last round; then all shut down together.
   for (auto& hold : holds_) hold.wait();
@@ -113,6 +118,27 @@ torch::Tensor ParameterServer::update(const std::vector<Push>& pushes, int64_t t
   optimizer_->step(lr_scheduler_->current_lr());
   lr_scheduler_->step();
   return grad_norm;
+}
+
+void ParameterServer::validate() {
+  torch::NoGradGuard no_grad;
+  const auto& v = config_.validation;
+  const auto& t = config_.training;
+  const std::string path = v.dataset_path.empty() ? t.dataset_path : v.dataset_path;
+  data::PackedLoader loader(data::open_token_stream(path, v.dataset.empty() ? t.dataset : v.dataset, model_.tokenizer,
+                                                    "validation.dataset_path"),
+                            t.seq_len, t.local_batch_size * layout_.trainers(),
+                            fmt::format("validation.dataset_path '{}'", path), 0, 1, model_.args.vocab_size);
+  double loss_sum = 0;
+  int64_t tokens = 0;
+  for (int64_t i = 0; i < v.steps; ++i) {
+    auto batch = loader.next();  // inputs, labels: (trainers x B, T)
+    train::AutocastGuard autocast(config_.training.mixed_precision_param == torch::kBFloat16, torch::kCPU);
+    auto logits = model_.model->forward(batch.inputs);  // (trainers x B, T, vocab)
+    loss_sum += train::summed_cross_entropy(logits, batch.labels).item<double>();
+    tokens += train::count_valid_tokens(batch.labels).item<int64_t>();
+  }
+  metrics_->log_validation(step_, loss_sum / double(std::max<int64_t>(tokens, 1)), tokens);
 }
 
 void ParameterServer::log_step(const std::vector<Push>& pushes, int64_t tokens, const torch::Tensor& grad_norm) {

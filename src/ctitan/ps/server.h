@@ -39,6 +39,9 @@ class ParameterServer {
   // Sum in rank order, divide by the tokens, clip, step, schedule. Returns the norm before clipping.
   torch::Tensor update(const std::vector<Push>& pushes, int64_t tokens);
   void log_step(const std::vector<Push>& pushes, int64_t tokens, const torch::Tensor& grad_norm);
+  // Mean token loss over validation.steps batches of the trainers' combined rows: the windows
+  // `ctitan train` evaluates at the same global batch, on one process or data-parallel.
+  void validate();
 
   config::JobConfig config_;
   PsLayout layout_;

@@ -4,9 +4,11 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <thread>
 
 #include "ctitan/ps/flat_params.h"
 #include "ctitan/rpc/api.h"
+#include "ctitan/rpc/errors.h"
 #include "ctitan/train/autocast.h"
 #include "ctitan/train/loss.h"
 
@@ -64,7 +66,17 @@ void GradientTrainer::run() {
     const auto start = std::chrono::steady_clock::now();
     auto reply = rpc::rpc_async(server_name(), "ps.push", int64_t(layout_.rank), step + 1, grads, tokens, loss_sum,
                                 last_latency_s, push_options);
-    auto fresh = reply.value_as<torch::Tensor>();  // (numel,) fp32: the parameters after step + 1
+    torch::Tensor fresh;  // (numel,) fp32: the parameters after step + 1
+    try {
+      fresh = reply.value_as<torch::Tensor>();
+    } catch (const rpc::RpcError& e) {
+      // The server is gone: it ended the run, usually with a line naming the cause (a lost
+      // trainer, a round timeout). Exiting at once would make this trainer the launcher's
+      // "root cause"; a short pause lets the server's exit be the one reported (the launcher
+      // stops this process meanwhile).
+      if (e.kind() == rpc::RpcErrorKind::PeerLost) std::this_thread::sleep_for(std::chrono::seconds(3));
+      throw;
+    }
     last_latency_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     unflatten_into(fresh, model_.params, server_name());
     ++step;
