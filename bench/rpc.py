@@ -18,7 +18,7 @@ Targets: latency <= PyTorch's, throughput >= 2x PyTorch's. On 2 cores the proces
 3 and 5 workers (2 and 4 trainers) share two cores, and so do TensorPipe's and the pool's threads.
 
 Usage: bench/rpc.py [--ctitan build/bin/ctitan] [--python PY] [--calls 2000] [--warmup 200]
-       [--rounds 20] [--warmup-rounds 3] [--trainers 1,2,4] [--repeats 2]
+       [--rounds 20] [--warmup-rounds 3] [--trainers 1,2,4] [--repeats 3]
 """
 import argparse
 import json
@@ -60,7 +60,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=20, help="timed parameter-server rounds")
     parser.add_argument("--warmup-rounds", type=int, default=3)
     parser.add_argument("--trainers", default="1,2,4")
-    parser.add_argument("--repeats", type=int, default=2, help="runs of each side per case, alternating; "
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each side per case, alternating; "
                                                                    "the best figure of each side is shown")
     parser.add_argument("--numel", type=int, default=6163712, help="parameter floats (debugmodel's count)")
     args = parser.parse_args()
