@@ -2,6 +2,7 @@
 // batch, the configurations it refuses, and a trainer lost mid-run.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <iostream>
 
 #include "support/parity.h"
@@ -75,6 +76,35 @@ TEST(CliPs, GradientAccumulationMatchesOneBigBatch) {
   expect_ps_parity("ps gradients, 2 trainers x 2 microbatches x 2",
                    {"--training.local_batch_size", "2", "--training.global_batch_size", "8"},
                    {"--training.local_batch_size", "8"});
+}
+
+// Steps 1-12 in one go against 1-6, then new processes resuming 7-12 from the server's step-6
+// checkpoint (parameters, AdamW, schedule, and each trainer's dataloader position): losses and
+// grad norms equal bit for bit, since the checkpoint holds every input of the computation.
+TEST(CliPs, ResumeIsBitwise) {
+  TempDir dir;
+  const std::vector<std::string> args = {"--training.steps", "12", "--metrics.log_freq", "1", "--checkpoint.enable",
+                                         "true", "--checkpoint.interval", "6", "--checkpoint.last_save_model_only",
+                                         "false", "--training.local_batch_size", "2"};
+  auto run = [&] {
+    return testing::run_ctitan(concat(concat(concat(launch(3), {"ps"}), testing::tiny_job_args(dir.path())), args), 240);
+  };
+  auto full = run();
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  auto reference = testing::read_jsonl(dir.file("metrics.jsonl"));
+  std::filesystem::remove_all(dir.path() / "checkpoint" / "step-12");  // as if the run had stopped after step 6
+  auto resumed = run();
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from checkpoint"), std::string::npos) << resumed.output;
+  EXPECT_EQ(testing::first_logged_step(resumed.output), 7);
+  auto rows = testing::read_jsonl(dir.file("metrics.jsonl"));
+  ASSERT_EQ(rows.size(), 12u);
+  ASSERT_EQ(reference.size(), 12u);
+  for (size_t i = 0; i < 12; ++i) {
+    EXPECT_EQ(rows[i]["step"], reference[i]["step"]);
+    EXPECT_EQ(rows[i]["loss"].get<double>(), reference[i]["loss"].get<double>()) << "step " << i + 1;
+    EXPECT_EQ(rows[i]["grad_norm"].get<double>(), reference[i]["grad_norm"].get<double>()) << "step " << i + 1;
+  }
 }
 
 // Refused before anything starts: one line naming the key, exit 2.

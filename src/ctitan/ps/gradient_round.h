@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ctitan/common/state_dict.h"
 #include "ctitan/rpc/future.h"
 
 namespace ctitan::ps {
@@ -23,6 +24,7 @@ struct Push {
   int64_t tokens = 0;      // valid tokens the trainer's loss summed over
   double loss_sum = 0;     // the trainer's summed cross-entropy
   double last_latency_s = -1;  // the trainer's previous push, push to new parameters (-1: none yet)
+  StateDict loader_state;  // the trainer's dataloader after this step's batches (for checkpoints)
 };
 
 class GradientRound {

@@ -46,8 +46,9 @@ PsLayout validate_ps_config(const config::JobConfig& config, int rank, int world
   if (p.tensor_parallel_degree != 1) refuse("parallelism.tensor_parallel_degree", std::to_string(p.tensor_parallel_degree));
   if (p.pipeline_parallel_degree != 1) refuse("parallelism.pipeline_parallel_degree", std::to_string(p.pipeline_parallel_degree));
   if (config.activation_checkpoint.mode != config::ActivationCheckpointMode::kNone) refuse("activation_checkpoint.mode", "other than none");
-  if (config.checkpoint.enable) {
-    throw ConfigError("checkpoint.enable is not supported by ctitan ps yet (docs/RPC.md): run without checkpoints");
+  if (config.checkpoint.create_seed_checkpoint) {
+    throw ConfigError("checkpoint.create_seed_checkpoint needs one process: run it with ctitan train, then ctitan ps "
+                      "resumes from it (checkpoint.initial_load_path)");
   }
   if (config.profiling.enable_profiling) refuse("profiling.enable_profiling", "true");
   const auto& t = config.training;

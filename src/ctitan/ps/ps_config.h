@@ -17,8 +17,8 @@ struct PsLayout {
 
 // One ConfigError line naming the key for: an unknown ps.mode, ps.mode dist_autograd (not built),
 // a world of fewer than 2 processes, ps.batch_size other than -1 or the trainer count, and the
-// training features ps does not run (parallelism degrees, pipeline, checkpoints, activation
-// checkpointing, profiling, gradient accumulation that does not divide).
+// training features ps does not run (parallelism degrees, pipeline, a seed checkpoint,
+// activation checkpointing, profiling, gradient accumulation that does not divide).
 PsLayout validate_ps_config(const config::JobConfig& config, int rank, int world_size);
 
 // RPC worker names: "ps" and "trainer<rank>".

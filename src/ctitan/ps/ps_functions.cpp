@@ -3,6 +3,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "ctitan/ps/state_dict_wire.h"
 #include "ctitan/rpc/registry.h"
 
 namespace ctitan::ps {
@@ -30,10 +31,11 @@ void register_ps_functions() {
     return e.join(rank);
   });
   rpc::register_function("ps.push", [](int64_t rank, int64_t step, const at::Tensor& grads, int64_t tokens,
-                                       double loss_sum, double last_latency_s) {
+                                       double loss_sum, double last_latency_s,
+                                       const c10::Dict<std::string, at::Tensor>& loader_state) {
     auto e = endpoints();
     if (!e.push) throw std::runtime_error("ps.push is served by the server (rank 0) only");
-    return e.push(Push{int(rank), step, grads, tokens, loss_sum, last_latency_s});
+    return e.push(Push{int(rank), step, grads, tokens, loss_sum, last_latency_s, from_wire(loader_state)});
   });
   rpc::register_function("ps.hold", [] {
     auto e = endpoints();

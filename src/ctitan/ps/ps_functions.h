@@ -2,9 +2,10 @@
 // The RPC functions of ctitan ps. Every process registers all of them before init_rpc (the
 // registries must agree); each process serves the ones of its role by setting them here before
 // init_rpc, which returns only once every process listens, so no call finds them unset.
-//   ps.join(rank) -> (steps done, flat parameters)        on the server: a trainer's start
-//   ps.push(rank, step, grads, tokens, loss_sum, latency) on the server, asynchronous: the
-//       round's shared future, completed with the new flat parameters
+//   ps.join(rank) -> (steps done, flat parameters, dataloader state)  on the server: a trainer's
+//       start (the dataloader state is empty unless the server resumed from a checkpoint)
+//   ps.push(rank, step, grads, tokens, loss_sum, latency, dataloader state)  on the server,
+//       asynchronous: the round's shared future, completed with the new flat parameters
 //   ps.hold() -> true                                       on a trainer, asynchronous: completes
 //       when the trainer is done; the server holds one per trainer, so a trainer that dies fails
 //       it at once (the agent fails every call pending on a lost peer)
@@ -19,7 +20,7 @@
 namespace ctitan::ps {
 
 struct Endpoints {
-  std::function<std::tuple<int64_t, torch::Tensor>(int64_t rank)> join;
+  std::function<std::tuple<int64_t, torch::Tensor, c10::Dict<std::string, at::Tensor>>(int64_t rank)> join;
   std::function<rpc::Future(Push push)> push;
   std::function<rpc::Future()> hold;
 };

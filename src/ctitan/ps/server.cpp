@@ -10,7 +10,9 @@
 #include "ctitan/metrics/memory_tracker.h"
 #include "ctitan/metrics/peak_flops.h"
 #include "ctitan/models/llama/flops.h"
+#include "ctitan/common/error.h"
 #include "ctitan/ps/flat_params.h"
+#include "ctitan/ps/state_dict_wire.h"
 #include "ctitan/rpc/api.h"
 #include "ctitan/train/autocast.h"
 #include "ctitan/train/grad_clip.h"
@@ -24,6 +26,12 @@ ParameterServer::ParameterServer(config::JobConfig config, PsLayout layout)
   optimizer_ = std::make_unique<train::AdamW>(model_.named_params,
                                               train::AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
   lr_scheduler_ = std::make_unique<train::LrScheduler>(config_.lr_scheduler, config_.training.steps, o.lr);
+  // One rank writes the whole state: the trainers hold nothing a resumed run needs but their
+  // dataloader positions, which arrive with every push.
+  checkpointer_ = std::make_unique<checkpoint::CheckpointManager>(config_, checkpoint::local_coordinator(), nullptr,
+                                                                  checkpoint::RankPlace{0, 1, 0, 1});
+  auto state = state_dicts();
+  if (checkpointer_->load(state, {})) load_state_dicts(state);
   round_ = std::make_shared<GradientRound>(layout_.trainers(), step_ + 1);
   flat_params_ = flatten(model_.params);
 
@@ -39,17 +47,20 @@ ParameterServer::ParameterServer(config::JobConfig config, PsLayout layout)
     metrics::prepare_metrics_file(setup.jsonl_path, step_);
   }
   metrics_ = std::make_unique<metrics::MetricsProcessor>(std::move(setup));
+  // The rows of the steps a checkpoint covers are on disk before it commits.
+  checkpointer_->set_before_save([this] { metrics_->sync(); });
   spdlog::info("ps: server of {} trainers; model {:.2f}M params ({} floats per push), {} steps",
                layout_.trainers(), double(total_numel(model_.params)) / 1e6, total_numel(model_.params),
                config_.training.steps);
 }
 
-std::tuple<int64_t, torch::Tensor> ParameterServer::join(int64_t rank) {
+std::tuple<int64_t, torch::Tensor, c10::Dict<std::string, at::Tensor>> ParameterServer::join(int64_t rank) {
   if (rank < 1 || rank > layout_.trainers()) {
     throw std::runtime_error(fmt::format("ps.join from rank {}, which is not a trainer (1..{})", rank, layout_.trainers()));
   }
   std::lock_guard lock(params_mutex_);
-  return {step_, flat_params_};
+  auto loader = loader_states_.find(int(rank));
+  return {step_, flat_params_, to_wire(loader == loader_states_.end() ? StateDict{} : loader->second)};
 }
 
 void ParameterServer::watch_trainers() {
@@ -69,16 +80,30 @@ void ParameterServer::watch_trainers() {
 
 void ParameterServer::run() {
   watch_trainers();
+  try {
+    run_steps();
+  } catch (const std::exception& e) {
+    checkpointer_->on_exception(step_, in_update_, state_dicts(), {}, e.what());
+    throw;
+  }
+}
+
+void ParameterServer::run_steps() {
   const auto& t = config_.training;
   spdlog::info("ps: training steps {} .. {}", step_ + 1, t.steps);
   metrics_->start_window();
   while (step_ < t.steps) {
+    checkpointer_->step_starting(step_, [this] { return state_dicts(); });
     // The first round includes every trainer's model build and first batch; later rounds one step.
     auto pushes = round_->wait_full(config_.ps.round_timeout_seconds);
     int64_t tokens = 0;
     for (const auto& p : pushes) tokens += p.tokens;
+    in_update_ = true;
     auto grad_norm = update(pushes, tokens);
     ++step_;
+    ntokens_seen_ += tokens;
+    for (auto& p : pushes) loader_states_[p.rank] = std::move(p.loader_state);
+    in_update_ = false;
     auto flat = flatten(model_.params);  // (numel,) fp32, sent to every trainer
     {
       std::lock_guard lock(params_mutex_);
@@ -93,7 +118,13 @@ void ParameterServer::run() {
     if (step_ % config_.metrics.log_freq == 0 || step_ == t.steps) log_step(pushes, tokens, grad_norm);
     // The trainers compute the next step meanwhile; its round waits for this.
     if (config_.validation.enable && (step_ % config_.validation.freq == 0 || step_ == t.steps)) validate();
+    if (checkpointer_->after_step(step_, step_ == t.steps, [this] { return state_dicts(); }, {})) {
+      // SIGTERM: the checkpoint of this step is written; the trainers are left waiting for the
+      // next round and fail when this process exits.
+      throw std::runtime_error(fmt::format("ps: stopped by SIGTERM after step {} (its checkpoint is saved)", step_));
+    }
   }
+  checkpointer_->finish();
   // Every trainer completes its hold after its last round; then all shut down together.
   for (auto& hold : holds_) hold.wait();
   metrics_->log_summary();
@@ -118,6 +149,51 @@ torch::Tensor ParameterServer::update(const std::vector<Push>& pushes, int64_t t
   optimizer_->step(lr_scheduler_->current_lr());
   lr_scheduler_->step();
   return grad_norm;
+}
+
+std::map<std::string, StateDict> ParameterServer::state_dicts() const {
+  StateDict loaders;
+  for (const auto& [rank, state] : loader_states_) {
+    for (const auto& [key, tensor] : state) loaders[fmt::format("{}.{}", trainer_name(rank), key)] = tensor;
+  }
+  return {
+      {"model", StateDict(model_.named_params.begin(), model_.named_params.end())},
+      {"optimizer", optimizer_->state_dict()},
+      {"lr_scheduler", lr_scheduler_->state_dict()},
+      {"dataloader", loaders},
+      {"train_state", {{"step", scalar_state(step_)}, {"ntokens_seen", scalar_state(ntokens_seen_)}}},
+  };
+}
+
+void ParameterServer::load_state_dicts(const std::map<std::string, StateDict>& state) {
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [fqn, p] : model_.named_params) p.copy_(require_state(state.at("model"), fqn));
+  }
+  optimizer_->load_state_dict(state.at("optimizer"));
+  lr_scheduler_->load_state_dict(state.at("lr_scheduler"));
+  step_ = require_state(state.at("train_state"), "step").item<int64_t>();
+  ntokens_seen_ = require_state(state.at("train_state"), "ntokens_seen").item<int64_t>();
+  loader_states_.clear();
+  for (const auto& [key, tensor] : state.at("dataloader")) {
+    // "trainer<r>.<loader key>"
+    const auto dot = key.find('.');
+    const std::string who = key.substr(0, dot);
+    int rank = 0;
+    for (int r = 1; r <= layout_.trainers(); ++r) rank = who == trainer_name(r) ? r : rank;
+    if (dot == std::string::npos || rank == 0) {
+      throw InputError(fmt::format("checkpoint error: dataloader/{} is not a dataloader state of one of this run's {} "
+                                   "trainers: resume a ctitan ps checkpoint with the same number of processes",
+                                   key, layout_.trainers()));
+    }
+    loader_states_[rank][key.substr(dot + 1)] = tensor;
+  }
+  if (step_ > 0 && int(loader_states_.size()) != layout_.trainers()) {
+    throw InputError(fmt::format("checkpoint error: the checkpoint of step {} holds the dataloader states of {} "
+                                 "trainers, this run has {}: resume a ctitan ps checkpoint with the same number of "
+                                 "processes", step_, loader_states_.size(), layout_.trainers()));
+  }
+  spdlog::info("ps: resumed at step {}", step_);
 }
 
 void ParameterServer::validate() {
