@@ -58,35 +58,50 @@ nlohmann::json dcp_figures(const fs::path& dir, int64_t mb) {
   return json.is_object() ? json : nlohmann::json::object();
 }
 
-void throughput(const fs::path& dir, int64_t mb) {
+struct Throughput {
+  double dd = 0, save = 0, load = 0, dcp_save = 0, dcp_load = 0;  // MB/s, the best of the rounds
+};
+
+// One round: dd, ctitan's save and load, DCP's save and load, in that order.
+void throughput_round(const fs::path& dir, int64_t mb, Throughput& best) {
   // 16 tensors: a layer-sized granularity, as a model's.
   std::map<std::string, ctitan::StateDict> state;
   const int64_t per_tensor = mb * (1 << 20) / 4 / 16;
   for (int i = 0; i < 16; ++i) state["model"][fmt::format("layer{}.weight", i)] = torch::randn({per_tensor});
   const double bytes = double(16 * per_tensor * 4);
 
-  double dd = dd_write_seconds(dir / "dd.bin", mb);
+  best.dd = std::max(best.dd, bytes / dd_write_seconds(dir / "dd.bin", mb) / 1e6);
   auto coordinator = ctitan::checkpoint::local_coordinator();
   auto step = dir / "step-1";
   auto start = Clock::now();
   ctitan::checkpoint::save(*coordinator, {step, 1, false, "bench", 0, 1},
                            ctitan::checkpoint::local_slices(state, {}, 0));
-  double save = since(start);
+  best.save = std::max(best.save, bytes / since(start) / 1e6);
   start = Clock::now();
   ctitan::checkpoint::CheckpointReader reader(step);
   for (auto& [key, t] : state["model"]) reader.read_into("model", key, t, std::vector<int64_t>(size_t(t.dim()), 0), t.sizes().vec());
-  double load = since(start);
+  best.load = std::max(best.load, bytes / since(start) / 1e6);
   fs::remove_all(step);
-  fmt::print("checkpoint throughput, {} MB fp32 in {}:\n", mb, dir.string());
-  fmt::print("  dd (conv=fsync)   {:7.0f} MB/s\n", bytes / dd / 1e6);
-  fmt::print("  save (+crc,fsync) {:7.0f} MB/s  = {:.0f}% of dd\n", bytes / save / 1e6, 100 * dd / save);
-  fmt::print("  load (+crc)       {:7.0f} MB/s  (page cache warm)\n", bytes / load / 1e6);
   auto dcp = dcp_figures(dir, mb);
-  double dcp_save = dcp.value("save_mb_per_s", 0.0), dcp_load = dcp.value("load_mb_per_s", 0.0);
-  fmt::print("  DCP save (fsync)  {:7.0f} MB/s  -> ctitan {:.2f}x DCP\n", dcp_save,
-             dcp_save > 0 ? bytes / save / 1e6 / dcp_save : 0.0);
-  fmt::print("  DCP load          {:7.0f} MB/s  -> ctitan {:.2f}x DCP\n", dcp_load,
-             dcp_load > 0 ? bytes / load / 1e6 / dcp_load : 0.0);
+  best.dcp_save = std::max(best.dcp_save, dcp.value("save_mb_per_s", 0.0));
+  best.dcp_load = std::max(best.dcp_load, dcp.value("load_mb_per_s", 0.0));
+}
+
+// Best of two rounds. On this machine's virtual disk, the first write of incompressible data to
+// blocks the filesystem never used runs at a fraction of the speed of later writes to blocks it
+// reuses (seen: 352 against 2470 MB/s for the same Python write loop), and dd's zeros escape it.
+// In one round whoever writes first pays that; with two, every writer gets a round on reused blocks.
+void throughput(const fs::path& dir, int64_t mb) {
+  Throughput best;
+  for (int round = 0; round < 2; ++round) throughput_round(dir, mb, best);
+  fmt::print("checkpoint throughput, {} MB fp32 in {}, best of 2 rounds:\n", mb, dir.string());
+  fmt::print("  dd (conv=fsync)   {:7.0f} MB/s\n", best.dd);
+  fmt::print("  save (+crc,fsync) {:7.0f} MB/s  = {:.0f}% of dd\n", best.save, 100 * best.save / best.dd);
+  fmt::print("  load (+crc)       {:7.0f} MB/s  (page cache warm)\n", best.load);
+  fmt::print("  DCP save (fsync)  {:7.0f} MB/s  -> ctitan {:.2f}x DCP\n", best.dcp_save,
+             best.dcp_save > 0 ? best.save / best.dcp_save : 0.0);
+  fmt::print("  DCP load          {:7.0f} MB/s  -> ctitan {:.2f}x DCP\n", best.dcp_load,
+             best.dcp_load > 0 ? best.load / best.dcp_load : 0.0);
 }
 
 std::string write_random_tokens(const fs::path& dir, int64_t vocab, int64_t n) {

@@ -1,7 +1,11 @@
 #include "ctitan/checkpoint/async_saver.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace ctitan::checkpoint {
@@ -34,6 +38,13 @@ double BackgroundWorker::wait() {
 }
 
 void BackgroundWorker::run() {
+  // Checkpoint work in the background yields the cores to training: where training's threads fill
+  // every core (2 here), a writer at the same priority made the step after each async save 19%
+  // slower. Linux keeps a nice value per thread (inherited by threads this one starts); at 10 the
+  // writer still gets about a tenth of a busy core, and all of an idle one.
+  // Never below the thread's own value: a job started niced stays at least as nice.
+  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+  setpriority(PRIO_PROCESS, tid, std::max(getpriority(PRIO_PROCESS, tid), kBackgroundNice));
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     changed_.wait(lock, [this] { return busy_ || stopping_; });

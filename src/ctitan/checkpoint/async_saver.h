@@ -11,6 +11,8 @@ namespace ctitan::checkpoint {
 
 class BackgroundWorker {
  public:
+  static constexpr int kBackgroundNice = 10;  // the worker thread's nice value (async_saver.cpp says why)
+
   BackgroundWorker();
   ~BackgroundWorker();  // waits for the job in flight
   BackgroundWorker(const BackgroundWorker&) = delete;

@@ -7,12 +7,16 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <future>
 
 #include "ctitan/checkpoint/checksum.h"
 #include "ctitan/common/error.h"
 
 namespace ctitan::checkpoint {
 namespace {
+
+// Below this a thread costs more than the checksum it would overlap (zlib: several GB/s).
+constexpr int64_t kParallelChecksumBytes = int64_t(1) << 20;
 
 // Closes and removes a half-written file unless released.
 class OutputFile {
@@ -68,9 +72,17 @@ std::vector<SliceEntry> write_rank_file(const std::filesystem::path& step_dir, i
     auto t = s.tensor.detach().cpu().contiguous();
     const auto nbytes = int64_t(t.nbytes());
     const char* bytes = static_cast<const char*>(t.data_ptr());
+    // A large slice is checksummed on a second thread while this one writes the same bytes, so the
+    // save costs about max(write, checksum) rather than their sum (bench/checkpoint: 0.55x dd
+    // with the checksum first). Both only read `t`, which outlives the future.
+    std::future<uint32_t> crc;
+    if (nbytes >= kParallelChecksumBytes) {
+      crc = std::async(std::launch::async, [bytes, nbytes] { return crc32(bytes, size_t(nbytes)); });
+    }
     out.write(bytes, size_t(nbytes));
+    const uint32_t checksum = crc.valid() ? crc.get() : crc32(bytes, size_t(nbytes));
     entries.push_back({s.part, s.key, s.rank, entry_dtype_name(t.scalar_type()), s.global_shape, t.sizes().vec(),
-                       s.offsets, file, offset, nbytes, crc32(bytes, size_t(nbytes))});
+                       s.offsets, file, offset, nbytes, checksum});
     offset += nbytes;
   }
   out.commit();
