@@ -107,6 +107,48 @@ TEST(CliPs, ResumeIsBitwise) {
   }
 }
 
+// Under `ctitan run --max-restarts 1`, trainer 2 is killed (its wrapper exits 9) after the server
+// logged 3 of 40 steps: the launcher restarts every process, the server resumes from its newest
+// checkpoint (every 2 steps) and the trainers from the positions it hands back; every step's
+// loss and grad norm equal an uninterrupted run's bit for bit, each logged once.
+TEST(CliPs, KilledTrainerUnderRestartsResumesBitwise) {
+  TempDir reference_dir, dir;
+  const std::vector<std::string> args = {"--training.steps", "40", "--metrics.log_freq", "1", "--checkpoint.enable",
+                                         "true", "--checkpoint.interval", "2", "--checkpoint.last_save_model_only",
+                                         "false", "--training.local_batch_size", "2"};
+  auto reference = testing::run_ctitan(
+      concat(concat(concat(launch(3), {"ps"}), testing::tiny_job_args(reference_dir.path())), args), 240);
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const std::string script =
+      "dump=$1; shift; if [ \"$RANK\" != 2 ] || [ \"${TORCHELASTIC_RESTART_COUNT:-0}\" != 0 ]; then exec \"$@\"; fi; "
+      "\"$@\" & pid=$!; n=0; "
+      "while [ \"$n\" -lt 3 ]; do sleep 0.05; if [ -f \"$dump/metrics.jsonl\" ]; then n=$(wc -l < \"$dump/metrics.jsonl\"); fi; done; "
+      "kill -9 $pid; exit 9";
+  auto r = testing::run_ctitan(
+      concat(concat(concat(launch(3), {"--max-restarts", "1", "--exec", "/bin/sh", "-c", script, "sh",
+                                       dir.path().string(), CTITAN_BIN, "ps"}),
+                    testing::tiny_job_args(dir.path())),
+             args),
+      240);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("restarting (1 of 1 restarts)"), std::string::npos) << r.output;
+  // The kill came mid-run: the restart resumed from a checkpoint before the last step.
+  const auto resumed_at = r.output.find("resumed from checkpoint");
+  ASSERT_NE(resumed_at, std::string::npos) << r.output;
+  const std::string resumed_line = r.output.substr(resumed_at, r.output.find('\n', resumed_at) - resumed_at);
+  std::cout << resumed_line << "\n";
+  EXPECT_EQ(resumed_line.find("step-40"), std::string::npos) << resumed_line;
+  auto a = testing::read_jsonl(reference_dir.file("metrics.jsonl"));
+  auto b = testing::read_jsonl(dir.file("metrics.jsonl"));
+  ASSERT_EQ(a.size(), 40u);
+  ASSERT_EQ(b.size(), 40u);
+  for (size_t i = 0; i < 40; ++i) {
+    EXPECT_EQ(b[i]["step"], a[i]["step"]);
+    EXPECT_EQ(b[i]["loss"].get<double>(), a[i]["loss"].get<double>()) << "step " << i + 1;
+    EXPECT_EQ(b[i]["grad_norm"].get<double>(), a[i]["grad_norm"].get<double>()) << "step " << i + 1;
+  }
+}
+
 // Refused before anything starts: one line naming the key, exit 2.
 TEST(CliPs, BadConfigsFailWithOneLine) {
   TempDir dir;
