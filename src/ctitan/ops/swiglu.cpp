@@ -62,7 +62,11 @@ class SwiGLUFn : public torch::autograd::Function<SwiGLUFn> {
 torch::Tensor swiglu(const torch::Tensor& a, const torch::Tensor& b) {
   TORCH_CHECK(a.sizes() == b.sizes(), "swiglu: a and b must have one shape");
   RECORD_FUNCTION("ctitan::swiglu", std::vector<c10::IValue>());  // names the forward in profiles
-  if (!fused_for("swiglu", a)) return swiglu_reference(a, b);
+  // bf16 takes the tensor ops: with libtorch 2.15 on AVX512-BF16 they train the 134M model 3-7%
+  // faster than this kernel (two A/B pairs of `ctitan train`; kernel_bench: 0.57x at its shape),
+  // and tie at the debug model's. fp32 keeps the kernel, 1-5% ahead at the debug model
+  // (docs/PERFORMANCE.md, "Kernels").
+  if (a.scalar_type() == torch::kBFloat16 || !fused_for("swiglu", a)) return swiglu_reference(a, b);
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCPU);
   return SwiGLUFn::apply(a, b);
 }
