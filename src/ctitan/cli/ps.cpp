@@ -11,6 +11,8 @@
 #include "ctitan/config/config_manager.h"
 #include "ctitan/distributed/dist_env.h"
 #include "ctitan/metrics/memory_tracker.h"
+#include "ctitan/ps/autograd_trainer.h"
+#include "ctitan/ps/embedding_server.h"
 #include "ctitan/ps/ps_config.h"
 #include "ctitan/ps/ps_functions.h"
 #include "ctitan/ps/server.h"
@@ -44,6 +46,24 @@ struct ServeScope {
   ~ServeScope() { ps::serve({}); }
 };
 
+// --ps.mode dist_autograd: rank 0 owns the embedding, the trainers run the rest.
+void run_dist_autograd(config::JobConfig config, const ps::PsLayout& layout, const rpc::RpcOptions& options) {
+  if (layout.is_server()) {
+    ps::EmbeddingServer server(config, layout);
+    ServeScope serving({.embedding = [&] { return server.embedding(); }});
+    RpcRuntime runtime(ps::server_name(), options);
+    server.run();
+    server.release();
+    runtime.shutdown();
+  } else {
+    ps::AutogradTrainer trainer(std::move(config), layout);
+    ServeScope serving({.hold = [&] { return trainer.hold(); }});
+    RpcRuntime runtime(ps::trainer_name(layout.rank), options);
+    trainer.run();
+    runtime.shutdown();
+  }
+}
+
 void run_ps(config::JobConfig config) {
   const auto env = distributed::read_dist_env();
   const auto layout = ps::validate_ps_config(config, env.rank, env.world_size);
@@ -54,7 +74,9 @@ void run_ps(config::JobConfig config) {
   // Each trainer holds one push (blocking a pool thread only until its handler returns) and
   // the server one hold per trainer: a small pool is enough and spares the cores.
   options.num_worker_threads = 4;
-  if (layout.is_server()) {
+  if (config.ps.mode == "dist_autograd") {
+    run_dist_autograd(std::move(config), layout, options);
+  } else if (layout.is_server()) {
     ps::ParameterServer server(std::move(config), layout);
     ServeScope serving({.join = [&](int64_t rank) { return server.join(rank); },
                         .push = [&](ps::Push p) { return server.push(std::move(p)); }});

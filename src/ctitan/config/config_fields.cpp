@@ -125,7 +125,7 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"profiling", "profile_freq", &c.profiling.profile_freq, "trace every N-th step (steps N, 2N, ...)"},
       {"profiling", "save_traces_folder", &c.profiling.save_traces_folder, "traces go under job.dump_folder/this"},
 
-      {"ps", "mode", &c.ps.mode, "ctitan ps: gradients (trainers push gradients to rank 0, which steps once per round); dist_autograd is not built (refused)"},
+      {"ps", "mode", &c.ps.mode, "ctitan ps: gradients (trainers push gradients to rank 0, which steps once per round) | dist_autograd (the embedding on rank 0, distributed autograd and optimizer)"},
       {"ps", "batch_size", &c.ps.batch_size, "ctitan ps: pushes per update; -1 = one from every trainer (the trainer count is the only other value accepted)"},
       {"ps", "round_timeout_seconds", &c.ps.round_timeout_seconds, "ctitan ps: a round not complete by then fails, naming the trainers missing"},
       {"activation_checkpoint", "mode", choice(&c.activation_checkpoint.mode, kAcModes), "recompute blocks' activations in backward: none, full (every block) or selective"},

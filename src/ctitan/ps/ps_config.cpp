@@ -16,10 +16,7 @@ int64_t microbatches_per_step(const config::JobConfig& config, int trainers) {
 
 PsLayout validate_ps_config(const config::JobConfig& config, int rank, int world_size) {
   const auto& ps = config.ps;
-  if (ps.mode == "dist_autograd") {
-    throw ConfigError("ps.mode dist_autograd is not built yet (docs/RPC.md); use ps.mode gradients");
-  }
-  if (ps.mode != "gradients") {
+  if (ps.mode != "gradients" && ps.mode != "dist_autograd") {
     throw ConfigError(fmt::format("ps.mode must be gradients or dist_autograd (got '{}')", ps.mode));
   }
   if (world_size < 2) {
@@ -51,6 +48,14 @@ PsLayout validate_ps_config(const config::JobConfig& config, int rank, int world
                       "resumes from it (checkpoint.initial_load_path)");
   }
   if (config.profiling.enable_profiling) refuse("profiling.enable_profiling", "true");
+  if (ps.mode == "dist_autograd") {
+    auto not_in_mode = [](const std::string& key) {
+      throw ConfigError(fmt::format("{} is not supported by ps.mode dist_autograd (only by ps.mode gradients)", key));
+    };
+    if (config.checkpoint.enable) not_in_mode("checkpoint.enable");
+    if (config.validation.enable) not_in_mode("validation.enable");
+    if (config.training.global_batch_size > 0) not_in_mode("training.global_batch_size");
+  }
   const auto& t = config.training;
   if (t.global_batch_size > 0 && t.global_batch_size % (t.local_batch_size * layout.trainers()) != 0) {
     throw ConfigError(fmt::format("training.global_batch_size {} is not divisible by local_batch_size {} x {} "

@@ -37,6 +37,15 @@ void register_ps_functions() {
     if (!e.push) throw std::runtime_error("ps.push is served by the server (rank 0) only");
     return e.push(Push{int(rank), step, grads, tokens, loss_sum, last_latency_s, from_wire(loader_state)});
   });
+  rpc::register_function("ps.embedding", [] {
+    auto e = endpoints();
+    if (!e.embedding) throw std::runtime_error("ps.embedding is served by the server of ps.mode dist_autograd only");
+    return e.embedding();
+  });
+  rpc::register_function("ps.embed", [](const rpc::RRef& weight, const at::Tensor& tokens) {
+    // (B, T) ids -> (B, T, dim); on the weight's owner, inside the caller's autograd context.
+    return at::embedding(weight.local_value().toTensor(), tokens);
+  });
   rpc::register_function("ps.hold", [] {
     auto e = endpoints();
     if (!e.hold) throw std::runtime_error("ps.hold is served by trainers only");

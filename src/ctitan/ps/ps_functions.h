@@ -6,6 +6,8 @@
 //       start (the dataloader state is empty unless the server resumed from a checkpoint)
 //   ps.push(rank, step, grads, tokens, loss_sum, latency, dataloader state)  on the server,
 //       asynchronous: the round's shared future, completed with the new flat parameters
+//   ps.embedding() -> RRef, ps.embed(RRef, tokens) -> (B, T, dim)  on the server, dist_autograd
+//       mode: the embedding weight it owns, and a lookup in it
 //   ps.hold() -> true                                       on a trainer, asynchronous: completes
 //       when the trainer is done; the server holds one per trainer, so a trainer that dies fails
 //       it at once (the agent fails every call pending on a lost peer)
@@ -16,6 +18,7 @@
 
 #include "ctitan/ps/gradient_round.h"
 #include "ctitan/rpc/future.h"
+#include "ctitan/rpc/rref.h"
 
 namespace ctitan::ps {
 
@@ -23,6 +26,7 @@ struct Endpoints {
   std::function<std::tuple<int64_t, torch::Tensor, c10::Dict<std::string, at::Tensor>>(int64_t rank)> join;
   std::function<rpc::Future(Push push)> push;
   std::function<rpc::Future()> hold;
+  std::function<rpc::RRef()> embedding;
 };
 
 void register_ps_functions();
