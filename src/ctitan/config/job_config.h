@@ -156,7 +156,7 @@ struct ActivationCheckpoint {
 
 // `ctitan ps` (src/ctitan/ps/): rank 0 serves the parameters, the other ranks train.
 struct Ps {
-  std::string mode = "gradients";       // gradients (trainers push gradients) | dist_autograd (not built yet)
+  std::string mode = "gradients";       // gradients (trainers push gradients) | dist_autograd (embedding on the server, docs/RPC.md)
   int64_t batch_size = -1;              // pushes per update; -1 = every trainer's (world size - 1)
   double round_timeout_seconds = 300;   // a round not complete by then fails, naming who has not pushed
 };
