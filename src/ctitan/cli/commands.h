@@ -2,6 +2,11 @@
 // One function per subcommand; each registers its CLI11 options and a callback on `app`.
 #include <CLI/CLI.hpp>
 
+#include <functional>
+#include <string>
+
+#include "ctitan/config/job_config.h"
+
 namespace ctitan::cli {
 
 void add_train_command(CLI::App& app);
@@ -23,5 +28,11 @@ void add_ps_command(CLI::App& app);
 // directory (which would read as an empty config), a missing or unreadable file is a usage
 // error naming the flag and the path, before any work starts.
 CLI::Validator config_file_check();
+
+// A subcommand that runs a job from `--config FILE [--section.key value ...]` (train, ps): it loads
+// the config (unknown keys are errors naming the key), sets the threads, prints the config when
+// job.print_config asks and the description, then hands the config to `run` (train.cpp).
+CLI::App* add_job_subcommand(CLI::App& app, const std::string& name, const std::string& description,
+                             std::function<void(config::JobConfig)> run);
 
 }  // namespace ctitan::cli

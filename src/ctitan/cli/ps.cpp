@@ -2,13 +2,7 @@
 // batched parameter server (docs/RPC.md). Rank 0 serves, ranks 1..N-1 train.
 #include <spdlog/spdlog.h>
 
-#include <iostream>
-#include <memory>
-
 #include "ctitan/cli/commands.h"
-#include "ctitan/common/threads.h"
-#include "ctitan/config/config_help.h"
-#include "ctitan/config/config_manager.h"
 #include "ctitan/distributed/dist_env.h"
 #include "ctitan/metrics/memory_tracker.h"
 #include "ctitan/ps/autograd_trainer.h"
@@ -95,19 +89,9 @@ void run_ps(config::JobConfig config) {
 }  // namespace
 
 void add_ps_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand(
-      "ps", "Parameter server: run as `ctitan run --nproc-per-node N ps --config FILE`; rank 0 serves, 1..N-1 train");
-  auto config_path = std::make_shared<std::string>();
-  cmd->add_option("--config,--job.config_file", *config_path, "TOML job config")->check(config_file_check());
-  cmd->allow_extras();
-  cmd->footer(config::keys_help());
-  cmd->callback([cmd, config_path] {
-    auto config = config::load_job_config(*config_path, cmd->remaining());
-    configure_threads();
-    if (config.job.print_config) std::cout << config::to_toml(config) << std::flush;
-    if (!config.job.description.empty()) spdlog::info("job: {}", config.job.description);
-    run_ps(std::move(config));
-  });
+  add_job_subcommand(
+      app, "ps", "Parameter server: run as `ctitan run --nproc-per-node N ps --config FILE`; rank 0 serves, 1..N-1 train",
+      [](config::JobConfig config) { run_ps(std::move(config)); });
 }
 
 }  // namespace ctitan::cli

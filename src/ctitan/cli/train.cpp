@@ -31,22 +31,31 @@ CLI::Validator config_file_check() {
       "FILE");
 }
 
-void add_train_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("train", "Train a model (TOML config plus --section.key value overrides)");
+CLI::App* add_job_subcommand(CLI::App& app, const std::string& name, const std::string& description,
+                             std::function<void(config::JobConfig)> run) {
+  auto* cmd = app.add_subcommand(name, description);
   auto config_path = std::make_shared<std::string>();
   cmd->add_option("--config,--job.config_file", *config_path, "TOML job config")->check(config_file_check());
   // Overrides are not declared to CLI11: the config table is their single definition, and
   // config::load_job_config rejects unknown keys with the key's name.
   cmd->allow_extras();
   cmd->footer(config::keys_help());
-  cmd->callback([cmd, config_path] {
+  cmd->callback([cmd, config_path, run = std::move(run)] {
     auto config = config::load_job_config(*config_path, cmd->remaining());
     configure_threads();
     if (config.job.print_config) std::cout << config::to_toml(config) << std::flush;
     if (!config.job.description.empty()) spdlog::info("job: {}", config.job.description);
-    train::Trainer trainer(std::move(config));
-    trainer.train();
+    run(std::move(config));
   });
+  return cmd;
+}
+
+void add_train_command(CLI::App& app) {
+  add_job_subcommand(app, "train", "Train a model (TOML config plus --section.key value overrides)",
+                     [](config::JobConfig config) {
+                       train::Trainer trainer(std::move(config));
+                       trainer.train();
+                     });
 }
 
 }  // namespace ctitan::cli

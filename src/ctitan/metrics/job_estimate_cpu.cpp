@@ -219,6 +219,9 @@ class CtitanCpuWalk {
     L_.free(kActs, N * 4);
   }
 
+  // bf16 SwiGLU takes the tensor ops (faster there, ops/swiglu.cpp); fp32 the fused kernel.
+  bool swiglu_as_tensor_ops() const { return c_ == 2; }
+
   // What one block's fused kernels save for backward (the autograd Functions in ops/).
   int64_t block_saved_bytes() const {
     const int64_t d = w_.d;
@@ -229,6 +232,7 @@ class CtitanCpuWalk {
     per_token += d * r_;                                  // h = x + attention: ffn_norm's input
     per_token += 4 + d * c_;                              // ffn_norm: rstd; output (saved by w1, w3)
     per_token += 3 * w_.f * c_;                           // w1, w3 outputs (SwiGLU's a, b); SwiGLU's output (w2's input)
+    if (swiglu_as_tensor_ops()) per_token += w_.f * c_;   // silu(a), saved by the product
     per_token += d * r_;                                  // the block output: the next block's (or norm's) input
     return n_ * per_token;
   }
@@ -278,8 +282,8 @@ class CtitanCpuWalk {
     const int64_t N = n_, d = w_.d, V = w_.vocab;
     const int64_t last = int64_t(groups_.size()) - 1;
     L_.at("backward: cross-entropy");
-    L_.add(kActs, N * V * c_);            // dlogits, while the saved logits are still held
-    L_.free(kActs, N * V * c_ + N * 4);  // the saved logits and logsumexp
+    // dlogits is written over the saved logits (ops::LogitsAfterLoss::kDiscarded): no new buffer.
+    L_.free(kActs, N * 4);  // the saved logsumexp
     L_.at("backward: output");
     unshard(last, last - 1);             // the hook on the logits: gather (under "always"), prefetch the last block
     matmul_backward({V, d, true}, N * d, N * V * c_ + N * d * c_);  // releases dlogits and the saved norm output
@@ -314,8 +318,15 @@ class CtitanCpuWalk {
     L_.add(kActs, to_c);
     matmul_backward(ws[5], N * f, N * f * c_ + to_c);  // releases SwiGLU's output
     L_.at(fmt::format("backward: {} SwiGLU", name));
-    L_.add(kActs, 2 * N * f * c_);                     // da, db
-    L_.free(kActs, 3 * N * f * c_);                    // saved a, b; the incoming gradient
+    if (swiglu_as_tensor_ops()) {
+      L_.add(kActs, 2 * N * f * c_);                   // the product's backward: d silu(a), db
+      L_.free(kActs, 3 * N * f * c_);                  // saved silu(a), b; the incoming gradient
+      L_.add(kActs, N * f * c_);                       // SiLU's backward: da
+      L_.free(kActs, 2 * N * f * c_);                  // saved a; d silu(a)
+    } else {
+      L_.add(kActs, 2 * N * f * c_);                   // da, db
+      L_.free(kActs, 3 * N * f * c_);                  // saved a, b; the incoming gradient
+    }
     L_.at(fmt::format("backward: {} w1, w3", name));
     matmul_backward(ws[6], N * d, N * f * c_);         // w3; releases db
     // w1; its input gradient is summed with w3's (one buffer freed), releases da and the saved

@@ -21,10 +21,7 @@ AutogradTrainer::AutogradTrainer(config::JobConfig config, PsLayout layout)
     : config_(std::move(config)), layout_(layout), model_(build_seeded_model(config_)),
       bf16_(config_.training.mixed_precision_param == torch::kBFloat16) {
   const auto& t = config_.training;
-  loader_ = std::make_unique<data::PackedLoader>(
-      data::open_token_stream(t.dataset_path, t.dataset, model_.tokenizer, "training.dataset_path"), t.seq_len,
-      t.local_batch_size, fmt::format("training.dataset_path '{}'", t.dataset_path), layout_.rank - 1,
-      layout_.trainers(), model_.args.vocab_size);
+  loader_ = make_trainer_loader(config_, model_, layout_);
   lr_scheduler_ = std::make_unique<train::LrScheduler>(config_.lr_scheduler, t.steps, config_.optimizer.lr);
   metrics::MetricsSetup setup;
   setup.flops_per_token = models::llama::flops_per_token(model_.args, t.seq_len);

@@ -1,5 +1,8 @@
 #include "ctitan/ps/model_setup.h"
 
+#include <fmt/format.h>
+
+#include "ctitan/data/token_stream.h"
 #include "ctitan/train/model_builder.h"
 
 namespace ctitan::ps {
@@ -19,6 +22,15 @@ SeededModel build_seeded_model(const config::JobConfig& config) {
     out.params.push_back(item.value());
   }
   return out;
+}
+
+std::unique_ptr<data::PackedLoader> make_trainer_loader(const config::JobConfig& config, const SeededModel& model,
+                                                        PsLayout layout) {
+  const auto& t = config.training;
+  return std::make_unique<data::PackedLoader>(
+      data::open_token_stream(t.dataset_path, t.dataset, model.tokenizer, "training.dataset_path"), t.seq_len,
+      t.local_batch_size, fmt::format("training.dataset_path '{}'", t.dataset_path), layout.rank - 1,
+      layout.trainers(), model.args.vocab_size);
 }
 
 }  // namespace ctitan::ps

@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "ctitan/config/job_config.h"
+#include "ctitan/data/packed_loader.h"
 #include "ctitan/data/tokenizer.h"
 #include "ctitan/models/llama/model.h"
+#include "ctitan/ps/ps_config.h"
 
 namespace ctitan::ps {
 
@@ -24,5 +26,11 @@ struct SeededModel {
 };
 
 SeededModel build_seeded_model(const config::JobConfig& config);
+
+// A trainer's loader: data-parallel rank rank-1 of the trainers, so window i of the global order
+// goes to trainer i % trainers + 1 and the trainers' batches of a step are one process's batch of
+// trainers x the rows (the loader's usual global order).
+std::unique_ptr<data::PackedLoader> make_trainer_loader(const config::JobConfig& config, const SeededModel& model,
+                                                        PsLayout layout);
 
 }  // namespace ctitan::ps

@@ -19,14 +19,7 @@ GradientTrainer::GradientTrainer(config::JobConfig config, PsLayout layout)
     : config_(std::move(config)), layout_(layout), model_(build_seeded_model(config_)),
       microbatches_(microbatches_per_step(config_, layout_.trainers())),
       bf16_(config_.training.mixed_precision_param == torch::kBFloat16) {
-  const auto& t = config_.training;
-  // Data-parallel rank rank-1 of the trainers: window i of the global order goes to trainer
-  // i % trainers + 1, so the trainers' batches of a step are one process's batch of trainers x
-  // the rows (the loader's usual global order).
-  loader_ = std::make_unique<data::PackedLoader>(
-      data::open_token_stream(t.dataset_path, t.dataset, model_.tokenizer, "training.dataset_path"), t.seq_len,
-      t.local_batch_size, fmt::format("training.dataset_path '{}'", t.dataset_path), layout_.rank - 1,
-      layout_.trainers(), model_.args.vocab_size);
+  loader_ = make_trainer_loader(config_, model_, layout_);
 }
 
 std::pair<double, int64_t> GradientTrainer::forward_backward() {
