@@ -56,7 +56,13 @@ class RRef {
   c10::intrusive_ptr<T> local_object() const {
     c10::IValue value = local_value();
     c10::intrusive_ptr<T> object;
-    if (value.isCapsule()) object = c10::dynamic_intrusive_pointer_cast<T>(value.toCapsule());
+    // Cast the raw pointer and take a new reference only on success: c10's
+    // dynamic_intrusive_pointer_cast releases its argument and, when the cast fails, never gives
+    // that reference back (LeakSanitizer found the object leaked by a wrong-class call).
+    if (value.isCapsule()) {
+      auto capsule = value.toCapsule();
+      if (auto* raw = dynamic_cast<T*>(capsule.get())) object = c10::intrusive_ptr<T>::reclaim_copy(raw);
+    }
     if (!object) not_an_object(value);
     return object;
   }
