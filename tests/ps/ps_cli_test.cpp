@@ -101,6 +101,89 @@ TEST(CliPs, DistAutogradModeWithOneTrainerMatchesOneProcess) {
   EXPECT_LT(d.loss, 1e-6);
   EXPECT_LT(d.grad_norm, 5e-6);
   EXPECT_EQ(r.output.find("rpc warning"), std::string::npos) << r.output;
+  // The server wrote the rows, with the trainer's lookup latency and the lookup's bytes: per
+  // step (batch 4, seq 32, dim 64: tiny_job.h) 4 x 32 int64 ids out, and 4 x 32 x 64 fp32
+  // vectors back and their gradient out.
+  ASSERT_EQ(rows.size(), 15u);
+  const double lookup_bytes = 4 * 32 * 8 + 2.0 * 4 * 32 * 64 * 4;
+  for (const auto& row : rows) {
+    EXPECT_GT(row["rpc_embed_latency_p50_s"].get<double>(), 0) << row.dump();
+    EXPECT_GE(row["rpc_embed_latency_p99_s"].get<double>(), row["rpc_embed_latency_p50_s"].get<double>()) << row.dump();
+    EXPECT_EQ(row["rpc_bytes_per_step"].get<double>(), lookup_bytes) << row.dump();
+  }
+}
+
+// The resume of ResumeIsBitwise in dist_autograd mode with one trainer: the checkpoint holds the
+// server's embedding and, fetched from the trainer while it waits in its report, its parameters,
+// its optimizer's moments on both owners, its schedule and its dataloader position, under
+// `ctitan train`'s keys. Every input of the computation is restored, so losses and norms of the
+// resumed steps equal the uninterrupted run's bit for bit.
+TEST(CliPs, DistAutogradResumeIsBitwise) {
+  TempDir dir;
+  const std::vector<std::string> args = {"--training.steps", "8", "--metrics.log_freq", "1", "--checkpoint.enable",
+                                         "true", "--checkpoint.interval", "4", "--checkpoint.last_save_model_only",
+                                         "false", "--training.local_batch_size", "2", "--ps.mode", "dist_autograd"};
+  auto run = [&] {
+    return testing::run_ctitan(concat(concat(concat(launch(2), {"ps"}), testing::tiny_job_args(dir.path())), args), 240);
+  };
+  auto full = run();
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  auto reference = testing::read_jsonl(dir.file("metrics.jsonl"));
+  std::filesystem::remove_all(dir.path() / "checkpoint" / "step-8");  // as if the run had stopped after step 4
+  auto resumed = run();
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from checkpoint"), std::string::npos) << resumed.output;
+  EXPECT_EQ(testing::first_logged_step(resumed.output), 5);
+  auto rows = testing::read_jsonl(dir.file("metrics.jsonl"));
+  ASSERT_EQ(rows.size(), 8u);
+  ASSERT_EQ(reference.size(), 8u);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(rows[i]["loss"].get<double>(), reference[i]["loss"].get<double>()) << "step " << i + 1;
+    EXPECT_EQ(rows[i]["grad_norm"].get<double>(), reference[i]["grad_norm"].get<double>()) << "step " << i + 1;
+  }
+  // The model part is a whole model under ctitan train's names (the server's embedding with the
+  // trainer's rest): the Hugging Face export takes it.
+  auto exported = testing::run_ctitan({"checkpoint", "export", "--input", (dir.path() / "checkpoint" / "step-4").string(),
+                                       "--output", (dir.path() / "hf").string()});
+  EXPECT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "hf" / "config.json")) << exported.output;
+}
+
+// Two trainers: the checkpoint also holds trainer 2's own parameters and optimizer ("ps_trainers")
+// and both dataloader positions. Not bitwise: the two trainers' AdamW updates of the shared
+// embedding land in whichever order their step calls arrive, and float addition does not
+// associate, so even two uninterrupted runs may differ in the last bits (a few fp32 ulps, 1e-7
+// relative, per step). Bound 1e-4 relative over the 4 resumed steps leaves room for that to grow;
+// a trainer resumed from its initial parameters, fresh moments or the wrong data window moves
+// the loss by percents.
+TEST(CliPs, DistAutogradResumesEveryTrainer) {
+  TempDir dir;
+  const std::vector<std::string> args = {"--training.steps", "8", "--metrics.log_freq", "1", "--checkpoint.enable",
+                                         "true", "--checkpoint.interval", "4", "--checkpoint.last_save_model_only",
+                                         "false", "--training.local_batch_size", "2", "--ps.mode", "dist_autograd"};
+  auto run = [&] {
+    return testing::run_ctitan(concat(concat(concat(launch(3), {"ps"}), testing::tiny_job_args(dir.path())), args), 240);
+  };
+  auto full = run();
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  auto reference = testing::read_jsonl(dir.file("metrics.jsonl"));
+  std::filesystem::remove_all(dir.path() / "checkpoint" / "step-8");
+  auto resumed = run();
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(testing::first_logged_step(resumed.output), 5);
+  auto rows = testing::read_jsonl(dir.file("metrics.jsonl"));
+  ASSERT_EQ(rows.size(), 8u);
+  ASSERT_EQ(reference.size(), 8u);
+  for (size_t i = 4; i < 8; ++i) {
+    const double a = rows[i]["loss"].get<double>(), b = reference[i]["loss"].get<double>();
+    EXPECT_LT(std::abs(a - b) / b, 1e-4) << "step " << i + 1 << ": " << a << " vs " << b;
+  }
+  // The checkpoint's second trainer: its own model and moments next to the shared ones.
+  auto listing =
+      testing::run_ctitan({"checkpoint", "inspect", "--tensors", (dir.path() / "checkpoint" / "step-4").string()});
+  EXPECT_NE(listing.output.find("ps_trainers/trainer2.model.output.weight"), std::string::npos) << listing.output;
+  EXPECT_NE(listing.output.find("ps_trainers/trainer2.optimizer.state.tok_embeddings.weight.exp_avg"), std::string::npos)
+      << listing.output;
 }
 
 // Steps 1-12 in one go against 1-6, then new processes resuming 7-12 from the server's step-6
@@ -194,8 +277,8 @@ TEST(CliPs, BadConfigsFailWithOneLine) {
   // Under the launcher every rank refuses it (the same line), and the run fails.
   for (const auto& c : std::vector<Case>{
            {{"--ps.batch_size", "3"}, "config error: ps.batch_size must be -1 or the number of trainers, 1 (got 3)"},
-           {{"--ps.mode", "dist_autograd", "--checkpoint.enable", "true"},
-            "config error: checkpoint.enable is not supported by ps.mode dist_autograd"},
+           {{"--ps.mode", "dist_autograd", "--validation.enable", "true"},
+            "config error: validation.enable is not supported by ps.mode dist_autograd"},
        }) {
     auto r = testing::run_ctitan(concat(concat(concat(launch(2), {"ps"}), job), c.args), 120);
     EXPECT_NE(r.exit_code, 0) << r.output;

@@ -202,6 +202,31 @@ void run_dist_optim(const Worker& w, rpc::RpcOptions& options) {
   check_equal(w1.to_here_as<at::Tensor>(), w1_ref.detach(), "w1 (owned by worker1) after 3 steps");
   check_equal(w2.local_value().toTensor().detach(), w2_ref.detach(), "w2 (owned by worker0) after 3 steps");
   check(!at::equal(w1_ref.detach(), w1_init()), "the steps changed w1");
+
+  // state_dict(): each parameter's AdamW state, fetched from its owner, equals the local
+  // optimizer's, in the constructor's order (w1 on worker1, w2 here).
+  auto state = optimizer.state_dict();
+  check(state.size() == 2, fmt::format("state_dict() of 2 parameters has {} entries", state.size()));
+  const auto ref_state = reference.state_dict();
+  const std::vector<std::string> names = {"w1", "w2"};
+  for (size_t i = 0; i < 2; ++i) {
+    for (const std::string field : {"exp_avg", "exp_avg_sq", "step"}) {
+      const auto key = "state." + names[i] + "." + field;
+      check(state[i].count(field) == 1, fmt::format("state_dict()[{}] has no {}", i, field));
+      check_equal(state[i].at(field), ref_state.at(key), "optimizer " + key);
+    }
+  }
+  // load_state_dict() puts states back on the owners: after loading a changed state, the next
+  // state_dict() returns it; then the original state goes back.
+  auto changed = state;
+  for (auto& s : changed) s["exp_avg"] = s["exp_avg"] * 2;
+  optimizer.load_state_dict(changed);
+  auto reloaded = optimizer.state_dict();
+  for (size_t i = 0; i < 2; ++i) check_equal(reloaded[i].at("exp_avg"), changed[i].at("exp_avg"), "a loaded exp_avg");
+  expect_error<ctitan::InputError>([&] { optimizer.load_state_dict({state[0]}); },
+                                   "rpc: DistributedOptimizer::load_state_dict got 1 parameter states for its 2 parameters",
+                                   true, "load_state_dict of the wrong count");
+  optimizer.load_state_dict(state);
 }
 
 }  // namespace rpc_test

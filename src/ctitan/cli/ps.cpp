@@ -43,15 +43,17 @@ struct ServeScope {
 // --ps.mode dist_autograd: rank 0 owns the embedding, the trainers run the rest.
 void run_dist_autograd(config::JobConfig config, const ps::PsLayout& layout, const rpc::RpcOptions& options) {
   if (layout.is_server()) {
-    ps::EmbeddingServer server(config, layout);
-    ServeScope serving({.embedding = [&] { return server.embedding(); }});
+    ps::EmbeddingServer server(std::move(config), layout);
+    ServeScope serving({.embedding = [&] { return server.embedding(); },
+                        .start = [&](int64_t rank) { return server.start(rank); },
+                        .report = [&](ps::Push report) { return server.report(std::move(report)); }});
     RpcRuntime runtime(ps::server_name(), options);
     server.run();
     server.release();
     runtime.shutdown();
   } else {
     ps::AutogradTrainer trainer(std::move(config), layout);
-    ServeScope serving({.hold = [&] { return trainer.hold(); }});
+    ServeScope serving({.hold = [&] { return trainer.hold(); }, .trainer_state = [&] { return trainer.state(); }});
     RpcRuntime runtime(ps::trainer_name(layout.rank), options);
     trainer.run();
     runtime.shutdown();

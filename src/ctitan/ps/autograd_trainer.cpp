@@ -3,36 +3,63 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cmath>
-#include <filesystem>
 
-#include "ctitan/metrics/memory_tracker.h"
-#include "ctitan/metrics/peak_flops.h"
-#include "ctitan/models/llama/flops.h"
 #include "ctitan/rpc/api.h"
 #include "ctitan/rpc/dist_autograd.h"
-#include "ctitan/rpc/dist_optimizer.h"
+#include "ctitan/rpc/state_dict_wire.h"
 #include "ctitan/train/autocast.h"
 #include "ctitan/train/loss.h"
 
 namespace ctitan::ps {
+namespace {
+
+constexpr const char* kEmbedding = "tok_embeddings.weight";
+const std::vector<std::string> kAdamWFields = {"exp_avg", "exp_avg_sq", "step"};
+
+}  // namespace
 
 AutogradTrainer::AutogradTrainer(config::JobConfig config, PsLayout layout)
     : config_(std::move(config)), layout_(layout), model_(build_seeded_model(config_)),
       bf16_(config_.training.mixed_precision_param == torch::kBFloat16) {
-  const auto& t = config_.training;
   loader_ = make_trainer_loader(config_, model_, layout_);
-  lr_scheduler_ = std::make_unique<train::LrScheduler>(config_.lr_scheduler, t.steps, config_.optimizer.lr);
-  metrics::MetricsSetup setup;
-  setup.flops_per_token = models::llama::flops_per_token(model_.args, t.seq_len);
-  setup.peak_flops =
-      metrics::resolve_peak_flops(config_.metrics.peak_flops, bf16_ ? torch::kBFloat16 : torch::kFloat).flops;
-  setup.memory_capacity_bytes = metrics::physical_memory_bytes() / layout_.world_size;
-  if (config_.metrics.enable_jsonl && layout_.rank == 1) {
-    setup.jsonl_path = (std::filesystem::path(config_.job.dump_folder) / "metrics.jsonl").string();
-    metrics::prepare_metrics_file(setup.jsonl_path, 0);
+  lr_scheduler_ = std::make_unique<train::LrScheduler>(config_.lr_scheduler, config_.training.steps, config_.optimizer.lr);
+}
+
+TrainerStateWire AutogradTrainer::state() {
+  if (!optimizer_) throw std::runtime_error("ps.trainer_state before the trainer's first step");
+  StateDict model;
+  for (const auto& [fqn, p] : model_.named_params) {
+    if (fqn != kEmbedding) model[fqn] = p.detach();
   }
-  metrics_ = std::make_unique<metrics::MetricsProcessor>(std::move(setup));
+  // train::AdamW's keys, so that one trainer's checkpoint is a `ctitan train` checkpoint.
+  StateDict optimizer;
+  auto per_param = optimizer_->state_dict();
+  for (size_t i = 0; i < per_param.size(); ++i) {
+    for (const auto& [field, tensor] : per_param[i]) optimizer[fmt::format("state.{}.{}", optimizer_fqns_[i], field)] = tensor;
+  }
+  return {rpc::to_wire(model), rpc::to_wire(optimizer), rpc::to_wire(lr_scheduler_->state_dict())};
+}
+
+void AutogradTrainer::load(const WireState& model, const WireState& optimizer, const WireState& lr,
+                           const WireState& loader) {
+  const auto params = rpc::from_wire(model), moments = rpc::from_wire(optimizer);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [fqn, p] : model_.named_params) {
+      if (fqn != kEmbedding) p.copy_(require_state(params, fqn));
+    }
+  }
+  std::vector<StateDict> per_param(optimizer_fqns_.size());
+  for (size_t i = 0; i < optimizer_fqns_.size(); ++i) {
+    for (const auto& field : kAdamWFields) {
+      per_param[i][field] = require_state(moments, fmt::format("state.{}.{}", optimizer_fqns_[i], field));
+    }
+  }
+  optimizer_->load_state_dict(per_param);
+  lr_scheduler_->load_state_dict(rpc::from_wire(lr));
+  loader_->load_state_dict(rpc::from_wire(loader));
 }
 
 void AutogradTrainer::run() {
@@ -41,16 +68,24 @@ void AutogradTrainer::run() {
   const auto& t = config_.training;
   {
     auto weight = rpc::rpc_async(server_name(), "ps.embedding").value_as<rpc::RRef>();
-    // The model calls tok_embeddings through its hooks: the lookup runs on the server instead.
-    model.hooks.set_around(*model.tok_embeddings, [weight](const torch::Tensor& tokens, const auto&) {
-      return rpc::rpc_sync(server_name(), "ps.embed", weight, tokens).toTensor();  // (B, T, dim)
+    // The model calls tok_embeddings through its hooks: the lookup runs on the server instead,
+    // timed and counted for the server's metrics (ids out, vectors back, and in backward their
+    // gradient out, of the vectors' shape and dtype).
+    double lookup_latency_s = -1;
+    int64_t lookup_bytes = 0;
+    model.hooks.set_around(*model.tok_embeddings, [&, weight](const torch::Tensor& tokens, const auto&) {
+      const auto start = std::chrono::steady_clock::now();
+      auto vectors = rpc::rpc_sync(server_name(), "ps.embed", weight, tokens).toTensor();  // (B, T, dim)
+      lookup_latency_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      lookup_bytes = int64_t(tokens.nbytes() + 2 * vectors.nbytes());
+      return vectors;
     });
     std::vector<rpc::RRef> params{weight};
-    std::vector<torch::Tensor> local;  // every parameter but the embedding
+    optimizer_fqns_ = {kEmbedding};
     for (const auto& [name, p] : model_.named_params) {
-      if (name.rfind("tok_embeddings.", 0) == 0) continue;
+      if (name == kEmbedding) continue;
       params.push_back(rpc::RRef::local(p));
-      local.push_back(p);
+      optimizer_fqns_.push_back(name);
     }
     const auto& o = config_.optimizer;
     c10::Dict<std::string, double> options;
@@ -58,45 +93,48 @@ void AutogradTrainer::run() {
     options.insert("beta2", o.beta2);
     options.insert("eps", o.eps);
     options.insert("weight_decay", o.weight_decay);
-    rpc::DistributedOptimizer optimizer("adamw", params, options);
-    spdlog::info("ps: {} trains steps 1 .. {} (dist_autograd: tok_embeddings on the server)",
-                 trainer_name(layout_.rank), t.steps);
-    metrics_->start_window();
-    for (int64_t step = 1; step <= t.steps; ++step) {
+    optimizer_ = std::make_unique<rpc::DistributedOptimizer>("adamw", params, options);
+    auto [step, model_state, optimizer_state, lr_state, loader_state] =
+        rpc::rpc_async(server_name(), "ps.start", int64_t(layout_.rank))
+            .value_as<std::tuple<int64_t, WireState, WireState, WireState, WireState>>();
+    if (step > 0) load(model_state, optimizer_state, lr_state, loader_state);
+    spdlog::info("ps: {} trains steps {} .. {} (dist_autograd: tok_embeddings on the server)",
+                 trainer_name(layout_.rank), step + 1, t.steps);
+    // The server fails a round first (ps.round_timeout_seconds, naming who is missing); this bound
+    // only ends a trainer whose server stopped answering without dying.
+    const rpc::CallOptions report_options{.timeout_seconds = 2 * config_.ps.round_timeout_seconds + 60};
+    for (++step; step <= t.steps; ++step) {
       auto batch = loader_->next();  // inputs, labels: (B, T) int64
       dist_autograd::Context context;
-      torch::Tensor loss;
+      torch::Tensor summed;
       {
         train::AutocastGuard autocast(bf16_, torch::kCPU);
         auto logits = model.forward(batch.inputs);  // (B, T, vocab)
-        // This trainer's tokens only: each trainer steps on its own batch (with one trainer,
-        // exactly one process's loss).
-        auto tokens = train::count_valid_tokens(batch.labels).clamp_min(1).to(torch::kFloat);
-        loss = train::summed_cross_entropy(logits, batch.labels) / tokens;
+        summed = train::summed_cross_entropy(logits, batch.labels);
       }
+      // This trainer's tokens only: each trainer steps on its own batch (with one trainer,
+      // exactly one process's loss).
+      const int64_t tokens = train::count_valid_tokens(batch.labels).item<int64_t>();
+      auto loss = summed / torch::tensor(float(std::max<int64_t>(tokens, 1)));
       dist_autograd::backward(context, {loss});
       // The norm over both owners' gradients, then clip as train::clip_grad_norm does.
-      const double norm = std::sqrt(optimizer.grad_sq_norm(context));
+      const double norm = std::sqrt(optimizer_->grad_sq_norm(context));
       if (!std::isfinite(norm)) {
         throw std::runtime_error(fmt::format("ps: step {}: the gradient norm is {} (a non-finite loss or gradient)",
                                              step, norm));
       }
       const double max_norm = t.max_norm;
       const double scale = max_norm > 0 ? std::min(1.0, max_norm / (norm + 1e-6)) : 1.0;
-      optimizer.step(context, lr_scheduler_->current_lr(), scale);
+      optimizer_->step(context, lr_scheduler_->current_lr(), scale);
       lr_scheduler_->step();
-      metrics_->record_step(batch.inputs.numel(), 0);
-      if (step % config_.metrics.log_freq == 0 || step == t.steps) {
-        auto grad_norm = torch::tensor(float(norm));
-        auto detached = loss.detach();
-        metrics_->log(step, detached, detached, grad_norm, config_.optimizer.lr * lr_scheduler_->factor(step - 1),
-                      {local, {}});
-      }
+      // Waits for every trainer's report of this step (and the server's checkpoint, if due).
+      rpc::rpc_async(server_name(), "ps.report", int64_t(layout_.rank), step, tokens, summed.item<double>(), norm,
+                     lookup_latency_s, lookup_bytes, rpc::to_wire(loader_->state_dict()), report_options)
+          .wait();
     }
     model.hooks.clear();  // the hook holds an RRef
+    optimizer_.reset();   // and the optimizer RRefs to its owners' optimizers
   }
-  metrics_->log_summary();
-  metrics_->flush();
   done_.set_value(true);
 }
 

@@ -17,6 +17,8 @@
 
 namespace ctitan::ps {
 
+// A trainer's step as the server receives it: in the gradients mode its gradient; in the
+// dist_autograd mode (ps.report) only its figures and dataloader position.
 struct Push {
   int rank = 0;            // the trainer's rank (1..trainers)
   int64_t step = 0;        // the step the gradient is for (1-based)
@@ -25,6 +27,9 @@ struct Push {
   double loss_sum = 0;     // the trainer's summed cross-entropy
   double last_latency_s = -1;  // the trainer's previous push, push to new parameters (-1: none yet)
   StateDict loader_state;  // the trainer's dataloader after this step's batches (for checkpoints)
+  // The dist_autograd mode's report (the trainer stepped itself; grads stay empty):
+  double grad_norm = 0;    // the trainer's gradient norm before clipping
+  int64_t rpc_bytes = 0;   // tensor bytes of its embedding lookup: ids, vectors, their gradient
 };
 
 class GradientRound {

@@ -52,7 +52,6 @@ PsLayout validate_ps_config(const config::JobConfig& config, int rank, int world
     auto not_in_mode = [](const std::string& key) {
       throw ConfigError(fmt::format("{} is not supported by ps.mode dist_autograd (only by ps.mode gradients)", key));
     };
-    if (config.checkpoint.enable) not_in_mode("checkpoint.enable");
     if (config.validation.enable) not_in_mode("validation.enable");
     if (config.training.global_batch_size > 0) not_in_mode("training.global_batch_size");
   }

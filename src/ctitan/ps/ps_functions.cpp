@@ -3,7 +3,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "ctitan/ps/state_dict_wire.h"
+#include "ctitan/rpc/state_dict_wire.h"
 #include "ctitan/rpc/registry.h"
 
 namespace ctitan::ps {
@@ -35,7 +35,7 @@ void register_ps_functions() {
                                        const c10::Dict<std::string, at::Tensor>& loader_state) {
     auto e = endpoints();
     if (!e.push) throw std::runtime_error("ps.push is served by the server (rank 0) only");
-    return e.push(Push{int(rank), step, grads, tokens, loss_sum, last_latency_s, from_wire(loader_state)});
+    return e.push(Push{int(rank), step, grads, tokens, loss_sum, last_latency_s, rpc::from_wire(loader_state)});
   });
   rpc::register_function("ps.embedding", [] {
     auto e = endpoints();
@@ -45,6 +45,25 @@ void register_ps_functions() {
   rpc::register_function("ps.embed", [](const rpc::RRef& weight, const at::Tensor& tokens) {
     // (B, T) ids -> (B, T, dim); on the weight's owner, inside the caller's autograd context.
     return at::embedding(weight.local_value().toTensor(), tokens);
+  });
+  rpc::register_function("ps.start", [](int64_t rank) {
+    auto e = endpoints();
+    if (!e.start) throw std::runtime_error("ps.start is served by the server of ps.mode dist_autograd only");
+    return e.start(rank);
+  });
+  rpc::register_function("ps.report", [](int64_t rank, int64_t step, int64_t tokens, double loss_sum, double grad_norm,
+                                         double latency_s, int64_t rpc_bytes, const WireState& loader_state) {
+    auto e = endpoints();
+    if (!e.report) throw std::runtime_error("ps.report is served by the server of ps.mode dist_autograd only");
+    Push report{int(rank), step, torch::Tensor(), tokens, loss_sum, latency_s, rpc::from_wire(loader_state)};
+    report.grad_norm = grad_norm;
+    report.rpc_bytes = rpc_bytes;
+    return e.report(std::move(report));
+  });
+  rpc::register_function("ps.trainer_state", [] {
+    auto e = endpoints();
+    if (!e.trainer_state) throw std::runtime_error("ps.trainer_state is served by trainers of ps.mode dist_autograd only");
+    return e.trainer_state();
   });
   rpc::register_function("ps.hold", [] {
     auto e = endpoints();

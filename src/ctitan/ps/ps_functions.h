@@ -8,6 +8,13 @@
 //       asynchronous: the round's shared future, completed with the new flat parameters
 //   ps.embedding() -> RRef, ps.embed(RRef, tokens) -> (B, T, dim)  on the server, dist_autograd
 //       mode: the embedding weight it owns, and a lookup in it
+//   ps.start(rank) -> (steps done, model, optimizer, lr_scheduler, dataloader states)  on the
+//       server, dist_autograd mode: a trainer's start (empty states unless resumed)
+//   ps.report(rank, step, tokens, loss_sum, grad_norm, latency, bytes, dataloader state)  on the
+//       server, dist_autograd mode, asynchronous: a trainer's step done; the future completes when
+//       every trainer's has (and after the checkpoint of that step, if one is due)
+//   ps.trainer_state() -> (model, optimizer, lr_scheduler states)  on a trainer, dist_autograd
+//       mode: what the server's checkpoint holds of it, fetched while it waits in ps.report
 //   ps.hold() -> true                                       on a trainer, asynchronous: completes
 //       when the trainer is done; the server holds one per trainer, so a trainer that dies fails
 //       it at once (the agent fails every call pending on a lost peer)
@@ -22,11 +29,18 @@
 
 namespace ctitan::ps {
 
+using WireState = c10::Dict<std::string, at::Tensor>;
+// A dist_autograd trainer's own state: model (without the embedding), optimizer, lr_scheduler.
+using TrainerStateWire = std::tuple<WireState, WireState, WireState>;
+
 struct Endpoints {
   std::function<std::tuple<int64_t, torch::Tensor, c10::Dict<std::string, at::Tensor>>(int64_t rank)> join;
   std::function<rpc::Future(Push push)> push;
   std::function<rpc::Future()> hold;
   std::function<rpc::RRef()> embedding;
+  std::function<std::tuple<int64_t, WireState, WireState, WireState, WireState>(int64_t rank)> start;
+  std::function<rpc::Future(Push report)> report;
+  std::function<TrainerStateWire()> trainer_state;
 };
 
 void register_ps_functions();

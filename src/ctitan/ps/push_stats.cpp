@@ -15,8 +15,8 @@ double quantile(std::vector<double>& values, double q) {
 
 std::vector<std::pair<std::string, double>> PushStats::take_fields(int64_t steps) {
   std::vector<std::pair<std::string, double>> fields = {
-      {"rpc_push_latency_p50_s", quantile(latencies_, 0.5)},
-      {"rpc_push_latency_p99_s", quantile(latencies_, 0.99)},
+      {latency_name_ + "_p50_s", quantile(latencies_, 0.5)},
+      {latency_name_ + "_p99_s", quantile(latencies_, 0.99)},
       {"rpc_bytes_per_step", double(bytes_) / double(std::max<int64_t>(steps, 1))},
   };
   latencies_.clear();

@@ -7,12 +7,10 @@
 #include <filesystem>
 
 #include "ctitan/data/packed_loader.h"
-#include "ctitan/metrics/memory_tracker.h"
-#include "ctitan/metrics/peak_flops.h"
-#include "ctitan/models/llama/flops.h"
 #include "ctitan/common/error.h"
 #include "ctitan/ps/flat_params.h"
-#include "ctitan/ps/state_dict_wire.h"
+#include "ctitan/ps/server_parts.h"
+#include "ctitan/rpc/state_dict_wire.h"
 #include "ctitan/rpc/api.h"
 #include "ctitan/train/autocast.h"
 #include "ctitan/train/grad_clip.h"
@@ -35,18 +33,7 @@ ParameterServer::ParameterServer(config::JobConfig config, PsLayout layout)
   round_ = std::make_shared<GradientRound>(layout_.trainers(), step_ + 1);
   flat_params_ = flatten(model_.params);
 
-  const bool bf16 = config_.training.mixed_precision_param == torch::kBFloat16;
-  metrics::MetricsSetup setup;
-  setup.flops_per_token = models::llama::flops_per_token(model_.args, config_.training.seq_len);
-  setup.peak_flops = metrics::resolve_peak_flops(config_.metrics.peak_flops, bf16 ? torch::kBFloat16 : torch::kFloat).flops;
-  setup.memory_capacity_bytes = metrics::physical_memory_bytes() / layout_.world_size;
-  setup.comm_bytes = [this] { return stats_.total_bytes(); };
-  setup.extra_fields = [this](int64_t window_steps) { return stats_.take_fields(window_steps); };
-  if (config_.metrics.enable_jsonl) {
-    setup.jsonl_path = (std::filesystem::path(config_.job.dump_folder) / "metrics.jsonl").string();
-    metrics::prepare_metrics_file(setup.jsonl_path, step_);
-  }
-  metrics_ = std::make_unique<metrics::MetricsProcessor>(std::move(setup));
+  metrics_ = make_server_metrics(config_, model_, layout_, stats_, step_);
   // The rows of the steps a checkpoint covers are on disk before it commits.
   checkpointer_->set_before_save([this] { metrics_->sync(); });
   spdlog::info("ps: server of {} trainers; model {:.2f}M params ({} floats per push), {} steps",
@@ -60,26 +47,11 @@ std::tuple<int64_t, torch::Tensor, c10::Dict<std::string, at::Tensor>> Parameter
   }
   std::lock_guard lock(params_mutex_);
   auto loader = loader_states_.find(int(rank));
-  return {step_, flat_params_, to_wire(loader == loader_states_.end() ? StateDict{} : loader->second)};
-}
-
-void ParameterServer::watch_trainers() {
-  for (int rank = 1; rank <= layout_.trainers(); ++rank) {
-    // No timeout: only the trainer's end (or death) completes it.
-    auto hold = rpc::rpc_async(trainer_name(rank), "ps.hold", rpc::CallOptions{.timeout_seconds = 0});
-    hold.then([round = round_, rank](const rpc::Future& done) {
-      try {
-        done.wait();
-      } catch (const std::exception& e) {
-        round->fail(fmt::format("ps: {} (rank {}) is gone: {}", trainer_name(rank), rank, e.what()));
-      }
-    });
-    holds_.push_back(hold);
-  }
+  return {step_, flat_params_, rpc::to_wire(loader == loader_states_.end() ? StateDict{} : loader->second)};
 }
 
 void ParameterServer::run() {
-  watch_trainers();
+  holds_ = watch_trainers(round_, layout_.trainers());
   try {
     run_steps();
   } catch (const std::exception& e) {
@@ -115,7 +87,7 @@ void ParameterServer::run_steps() {
     }
     round_->finish(flat);
     metrics_->record_step(tokens, 0);
-    if (step_ % config_.metrics.log_freq == 0 || step_ == t.steps) log_step(pushes, tokens, grad_norm);
+    if (step_ % config_.metrics.log_freq == 0 || step_ == t.steps) log_step(pushes, grad_norm);
     // The trainers compute the next step meanwhile; its round waits for this.
     if (config_.validation.enable && (step_ % config_.validation.freq == 0 || step_ == t.steps)) validate();
     if (checkpointer_->after_step(step_, step_ == t.steps, [this] { return state_dicts(); }, {})) {
@@ -152,15 +124,11 @@ torch::Tensor ParameterServer::update(const std::vector<Push>& pushes, int64_t t
 }
 
 std::map<std::string, StateDict> ParameterServer::state_dicts() const {
-  StateDict loaders;
-  for (const auto& [rank, state] : loader_states_) {
-    for (const auto& [key, tensor] : state) loaders[fmt::format("{}.{}", trainer_name(rank), key)] = tensor;
-  }
   return {
       {"model", StateDict(model_.named_params.begin(), model_.named_params.end())},
       {"optimizer", optimizer_->state_dict()},
       {"lr_scheduler", lr_scheduler_->state_dict()},
-      {"dataloader", loaders},
+      {"dataloader", merge_per_trainer(loader_states_)},
       {"train_state", {{"step", scalar_state(step_)}, {"ntokens_seen", scalar_state(ntokens_seen_)}}},
   };
 }
@@ -174,20 +142,7 @@ void ParameterServer::load_state_dicts(const std::map<std::string, StateDict>& s
   lr_scheduler_->load_state_dict(state.at("lr_scheduler"));
   step_ = require_state(state.at("train_state"), "step").item<int64_t>();
   ntokens_seen_ = require_state(state.at("train_state"), "ntokens_seen").item<int64_t>();
-  loader_states_.clear();
-  for (const auto& [key, tensor] : state.at("dataloader")) {
-    // "trainer<r>.<loader key>"
-    const auto dot = key.find('.');
-    const std::string who = key.substr(0, dot);
-    int rank = 0;
-    for (int r = 1; r <= layout_.trainers(); ++r) rank = who == trainer_name(r) ? r : rank;
-    if (dot == std::string::npos || rank == 0) {
-      throw InputError(fmt::format("checkpoint error: dataloader/{} is not a dataloader state of one of this run's {} "
-                                   "trainers: resume a ctitan ps checkpoint with the same number of processes",
-                                   key, layout_.trainers()));
-    }
-    loader_states_[rank][key.substr(dot + 1)] = tensor;
-  }
+  loader_states_ = split_per_trainer(state.at("dataloader"), layout_.trainers(), "dataloader");
   if (step_ > 0 && int(loader_states_.size()) != layout_.trainers()) {
     throw InputError(fmt::format("checkpoint error: the checkpoint of step {} holds the dataloader states of {} "
                                  "trainers, this run has {}: resume a ctitan ps checkpoint with the same number of "
@@ -217,14 +172,9 @@ void ParameterServer::validate() {
   metrics_->log_validation(step_, loss_sum / double(std::max<int64_t>(tokens, 1)), tokens);
 }
 
-void ParameterServer::log_step(const std::vector<Push>& pushes, int64_t tokens, const torch::Tensor& grad_norm) {
-  double loss_sum = 0, max_loss = 0;
-  for (const auto& p : pushes) {
-    loss_sum += p.loss_sum;
-    max_loss = std::max(max_loss, p.loss_sum / double(std::max<int64_t>(p.tokens, 1)));
-  }
-  auto loss = torch::tensor(loss_sum / double(std::max<int64_t>(tokens, 1)), torch::kDouble);
-  metrics_->log(step_, loss, torch::tensor(max_loss, torch::kDouble), grad_norm,
+void ParameterServer::log_step(const std::vector<Push>& pushes, const torch::Tensor& grad_norm) {
+  auto [loss, max_loss] = round_losses(pushes);
+  metrics_->log(step_, loss, max_loss, grad_norm,
                 config_.optimizer.lr * lr_scheduler_->factor(step_ - 1), {model_.params, optimizer_->state_dict()});
 }
 

@@ -46,11 +46,9 @@ class ParameterServer {
   std::map<std::string, StateDict> state_dicts() const;
   // Fills the parameters, optimizer, schedule, step and the trainers' dataloader states.
   void load_state_dicts(const std::map<std::string, StateDict>& state);
-  // Calls ps.hold on every trainer; a failed one (the trainer died) fails the current round.
-  void watch_trainers();
   // Sum in rank order, divide by the tokens, clip, step, schedule. Returns the norm before clipping.
   torch::Tensor update(const std::vector<Push>& pushes, int64_t tokens);
-  void log_step(const std::vector<Push>& pushes, int64_t tokens, const torch::Tensor& grad_norm);
+  void log_step(const std::vector<Push>& pushes, const torch::Tensor& grad_norm);
   // Mean token loss over validation.steps batches of the trainers' combined rows: the windows
   // `ctitan train` evaluates at the same global batch, on one process or data-parallel.
   void validate();
@@ -64,7 +62,7 @@ class ParameterServer {
   // Shared with the liveness callbacks, which may run after a failed run() has returned.
   std::shared_ptr<GradientRound> round_;
   std::vector<rpc::Future> holds_;  // one ps.hold call per trainer, by rank - 1
-  PushStats stats_;
+  PushStats stats_{"rpc_push_latency"};
   std::mutex params_mutex_;
   torch::Tensor flat_params_;  // (numel,) fp32: what ps.join hands out
   std::unique_ptr<checkpoint::CheckpointManager> checkpointer_;

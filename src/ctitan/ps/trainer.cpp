@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "ctitan/ps/flat_params.h"
-#include "ctitan/ps/state_dict_wire.h"
+#include "ctitan/rpc/state_dict_wire.h"
 #include "ctitan/rpc/api.h"
 #include "ctitan/rpc/errors.h"
 #include "ctitan/train/autocast.h"
@@ -49,7 +49,7 @@ void GradientTrainer::run() {
           .value_as<std::tuple<int64_t, torch::Tensor, c10::Dict<std::string, at::Tensor>>>();
   unflatten_into(params, model_.params, server_name());
   // A resumed server hands back where this trainer's slice of the data stood at its checkpoint.
-  if (!loader_state.empty()) loader_->load_state_dict(from_wire(loader_state));
+  if (!loader_state.empty()) loader_->load_state_dict(rpc::from_wire(loader_state));
   // A push waits for the whole round: the slowest trainer and the update. The server fails a
   // round first (ps.round_timeout_seconds, naming who is missing); this bound only ends a
   // trainer whose server stopped answering without dying.
@@ -62,7 +62,7 @@ void GradientTrainer::run() {
     auto grads = flatten_grads(model_.params);  // (numel,) fp32
     const auto start = std::chrono::steady_clock::now();
     auto reply = rpc::rpc_async(server_name(), "ps.push", int64_t(layout_.rank), step + 1, grads, tokens, loss_sum,
-                                last_latency_s, to_wire(loader_->state_dict()), push_options);
+                                last_latency_s, rpc::to_wire(loader_->state_dict()), push_options);
     torch::Tensor fresh;  // (numel,) fp32: the parameters after step + 1
     try {
       fresh = reply.value_as<torch::Tensor>();

@@ -10,6 +10,7 @@
 #include "ctitan/rpc/api.h"
 #include "ctitan/rpc/detail.h"
 #include "ctitan/rpc/registry.h"
+#include "ctitan/rpc/state_dict_wire.h"
 #include "ctitan/train/adamw.h"
 
 namespace ctitan::rpc {
@@ -19,6 +20,8 @@ namespace {
 constexpr const char* kCreate = "ctitan.dist_optim.create";
 constexpr const char* kStep = "ctitan.dist_optim.step";
 constexpr const char* kGradSqNorm = "ctitan.dist_optim.grad_sq_norm";
+constexpr const char* kStateDict = "ctitan.dist_optim.state_dict";
+constexpr const char* kLoadStateDict = "ctitan.dist_optim.load_state_dict";
 
 // Checked on the caller (at construction) and again on the owner.
 void validate(const std::string& optimizer, const c10::Dict<std::string, double>& options) {
@@ -74,6 +77,16 @@ class LocalOptimizer : public torch::CustomClassHolder {
     }
   }
 
+  // AdamW's keys for the owner's i-th parameter: state.param<i>.{exp_avg,exp_avg_sq,step}.
+  StateDict state_dict() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return adamw_ ? adamw_->state_dict() : StateDict{};
+  }
+  void load_state_dict(const StateDict& state) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (adamw_) adamw_->load_state_dict(state);
+  }
+
   double grad_sq_norm(int64_t context_id) const {
     auto grads = dist_autograd::get_gradients(context_id);
     double sum = 0;
@@ -114,6 +127,12 @@ void register_builtin_functions() {
     register_function(kGradSqNorm, [](const RRef& optimizer, int64_t context_id) {
       return optimizer.local_object<LocalOptimizer>()->grad_sq_norm(context_id);
     });
+    register_function(kStateDict, [](const RRef& optimizer) {
+      return to_wire(optimizer.local_object<LocalOptimizer>()->state_dict());
+    });
+    register_function(kLoadStateDict, [](const RRef& optimizer, const c10::Dict<std::string, at::Tensor>& state) {
+      optimizer.local_object<LocalOptimizer>()->load_state_dict(from_wire(state));
+    });
   });
 }
 
@@ -122,22 +141,27 @@ void register_builtin_functions() {
 DistributedOptimizer::DistributedOptimizer(const std::string& optimizer, const std::vector<RRef>& params,
                                            const c10::Dict<std::string, double>& options) {
   validate(optimizer, options);
-  std::map<std::string, std::vector<RRef>> by_owner;  // ordered: the same owners in the same order everywhere
+  // Ordered: the same owners in the same order everywhere. Per owner: (its RRefs, their indices).
+  std::map<std::string, std::pair<std::vector<RRef>, std::vector<size_t>>> by_owner;
   for (const auto& p : params) {
     if (!p.valid()) throw InputError("rpc: DistributedOptimizer got an empty RRef among its parameters");
-    by_owner[p.owner().name].push_back(p);
+    auto& [owned, indices] = by_owner[p.owner().name];
+    owned.push_back(p);
+    indices.push_back(num_params_++);
   }
   for (auto& [owner, owned] : by_owner) {
-    local_optimizers_.emplace_back(owner, remote(owner, kCreate, optimizer, options, owned));
+    local_optimizers_.emplace_back(owner, remote(owner, kCreate, optimizer, options, owned.first));
+    owned_params_.push_back(std::move(owned.second));
   }
 }
 
-std::vector<c10::IValue> DistributedOptimizer::on_every_owner(const char* function, int64_t context_id,
-                                                               const std::vector<double>& args) {
+std::vector<c10::IValue> DistributedOptimizer::on_every_owner(
+    const char* function, const std::function<std::vector<c10::IValue>(size_t)>& args) {
   std::vector<Future> calls;
-  for (const auto& [owner, optimizer] : local_optimizers_) {
-    std::vector<c10::IValue> values{c10::IValue(optimizer.impl()), c10::IValue(context_id)};
-    for (double a : args) values.emplace_back(a);
+  for (size_t i = 0; i < local_optimizers_.size(); ++i) {
+    const auto& [owner, optimizer] = local_optimizers_[i];
+    std::vector<c10::IValue> values{c10::IValue(optimizer.impl())};
+    for (auto& a : args(i)) values.push_back(std::move(a));
     calls.push_back(call_function(owner, function, std::move(values), CallOptions{}));
   }
   // Wait for every owner before reporting, so that nothing is still running when this returns.
@@ -158,12 +182,62 @@ std::vector<c10::IValue> DistributedOptimizer::on_every_owner(const char* functi
 
 double DistributedOptimizer::grad_sq_norm(const dist_autograd::Context& context) {
   double sum = 0;
-  for (const auto& partial : on_every_owner(kGradSqNorm, context.id(), {})) sum += partial.toDouble();
+  const int64_t id = context.id();
+  for (const auto& partial : on_every_owner(kGradSqNorm, [&](size_t) { return std::vector<c10::IValue>{id}; })) {
+    sum += partial.toDouble();
+  }
   return sum;
 }
 
 void DistributedOptimizer::step(const dist_autograd::Context& context, double lr, double grad_scale) {
-  on_every_owner(kStep, context.id(), {lr, grad_scale});
+  const int64_t id = context.id();
+  on_every_owner(kStep, [&](size_t) { return std::vector<c10::IValue>{id, lr, grad_scale}; });
+}
+
+namespace {
+
+// An owner's key "state.param<i>.<field>" as (i, field).
+std::pair<size_t, std::string> parse_owner_key(const std::string& key) {
+  const std::string prefix = "state.param";
+  const auto dot = key.find('.', prefix.size());
+  if (key.rfind(prefix, 0) != 0 || dot == std::string::npos) {
+    throw InputError(fmt::format("rpc: DistributedOptimizer: an owner sent the unexpected state key '{}'", key));
+  }
+  return {std::stoul(key.substr(prefix.size(), dot - prefix.size())), key.substr(dot + 1)};
+}
+
+}  // namespace
+
+std::vector<StateDict> DistributedOptimizer::state_dict() {
+  auto owners = on_every_owner(kStateDict, [](size_t) { return std::vector<c10::IValue>{}; });
+  std::vector<StateDict> out(num_params_);
+  for (size_t o = 0; o < owners.size(); ++o) {
+    for (const auto& [key, tensor] : from_wire(from_ivalue<c10::Dict<std::string, at::Tensor>>(owners[o]))) {
+      auto [i, field] = parse_owner_key(key);
+      if (i >= owned_params_[o].size()) {
+        throw InputError(fmt::format("rpc: DistributedOptimizer: {} sent the state of a parameter it does not own ('{}')",
+                                     local_optimizers_[o].first, key));
+      }
+      out[owned_params_[o][i]][field] = tensor;
+    }
+  }
+  return out;
+}
+
+void DistributedOptimizer::load_state_dict(const std::vector<StateDict>& state) {
+  if (state.size() != num_params_) {
+    throw InputError(fmt::format("rpc: DistributedOptimizer::load_state_dict got {} parameter states for its {} "
+                                 "parameters", state.size(), num_params_));
+  }
+  on_every_owner(kLoadStateDict, [&](size_t o) {
+    StateDict owner_state;
+    for (size_t i = 0; i < owned_params_[o].size(); ++i) {
+      for (const auto& [field, tensor] : state[owned_params_[o][i]]) {
+        owner_state[fmt::format("state.param{}.{}", i, field)] = tensor;
+      }
+    }
+    return std::vector<c10::IValue>{to_wire(owner_state)};
+  });
 }
 
 }  // namespace ctitan::rpc

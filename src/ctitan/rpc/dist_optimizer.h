@@ -12,10 +12,12 @@
 // gradients live on the owner) and waits for all of them.
 #include <ATen/core/Dict.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "ctitan/common/state_dict.h"
 #include "ctitan/rpc/dist_autograd.h"
 #include "ctitan/rpc/rref.h"
 
@@ -38,10 +40,22 @@ class DistributedOptimizer {
   // gradient in the context is left alone. Failures on any owners become one RpcError naming each.
   void step(const dist_autograd::Context& context, double lr, double grad_scale = 1.0);
 
+  // Every parameter's optimizer state, fetched from its owner, in the order of the constructor's
+  // `params`: "exp_avg", "exp_avg_sq" and "step" for adamw (train::AdamW's), nothing for sgd.
+  // For checkpoints: PyTorch's DistributedOptimizer has none, which leaves a resumed run with
+  // fresh moments on every owner.
+  std::vector<StateDict> state_dict();
+  // Puts a state_dict() back on the owners (one entry per parameter, same order, same shapes);
+  // a missing key or a wrong count is an InputError naming it.
+  void load_state_dict(const std::vector<StateDict>& state);
+
  private:
-  // Sends `function(optimizer, args...)` to every owner at once and waits for all.
-  std::vector<c10::IValue> on_every_owner(const char* function, int64_t context_id, const std::vector<double>& args);
+  // Sends `function(optimizer, args(owner index)...)` to every owner at once and waits for all.
+  std::vector<c10::IValue> on_every_owner(const char* function,
+                                          const std::function<std::vector<c10::IValue>(size_t)>& args);
   std::vector<std::pair<std::string, RRef>> local_optimizers_;  // (owner, RRef to its optimizer), by owner name
+  std::vector<std::vector<size_t>> owned_params_;  // by owner, as local_optimizers_: the constructor's indices
+  size_t num_params_ = 0;
 };
 
 }  // namespace ctitan::rpc

@@ -1,11 +1,11 @@
 #pragma once
-// A StateDict (std::map) as the c10::Dict the RPC codec carries, and back: a trainer's dataloader
-// state travels with its pushes and comes back at ps.join on a resumed run.
+// A StateDict (std::map) as the c10::Dict the RPC codec carries, and back: optimizer, model and
+// dataloader states cross the wire this way (DistributedOptimizer's state_dict, ctitan ps).
 #include <ATen/core/Dict.h>
 
 #include "ctitan/common/state_dict.h"
 
-namespace ctitan::ps {
+namespace ctitan::rpc {
 
 inline c10::Dict<std::string, at::Tensor> to_wire(const StateDict& state) {
   c10::Dict<std::string, at::Tensor> out;
@@ -19,4 +19,4 @@ inline StateDict from_wire(const c10::Dict<std::string, at::Tensor>& wire) {
   return out;
 }
 
-}  // namespace ctitan::ps
+}  // namespace ctitan::rpc

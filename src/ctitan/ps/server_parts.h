@@ -1,0 +1,39 @@
+#pragma once
+// What both servers of ctitan ps share (the gradients mode's ParameterServer and the
+// dist_autograd mode's EmbeddingServer): their metrics, the liveness calls that notice a lost
+// trainer, and how per-trainer states sit in one checkpoint part ("trainer<r>.<key>").
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ctitan/common/state_dict.h"
+#include "ctitan/config/job_config.h"
+#include "ctitan/metrics/metrics_processor.h"
+#include "ctitan/ps/gradient_round.h"
+#include "ctitan/ps/model_setup.h"
+#include "ctitan/ps/ps_config.h"
+#include "ctitan/ps/push_stats.h"
+#include "ctitan/rpc/future.h"
+
+namespace ctitan::ps {
+
+// metrics.jsonl (appended after `resumed_step`) and the console line, as `ctitan train` writes
+// them, plus `stats`' RPC fields. `stats` must outlive the processor.
+std::unique_ptr<metrics::MetricsProcessor> make_server_metrics(const config::JobConfig& config,
+                                                               const SeededModel& model, PsLayout layout,
+                                                               PushStats& stats, int64_t resumed_step);
+
+// One ps.hold call per trainer (by rank - 1), without timeout: only the trainer's end or death
+// completes it; a death fails `round` with one line naming the trainer.
+std::vector<rpc::Future> watch_trainers(const std::shared_ptr<GradientRound>& round, int trainers);
+
+// The round's mean token loss and the largest trainer's, for MetricsProcessor::log.
+std::pair<torch::Tensor, torch::Tensor> round_losses(const std::vector<Push>& pushes);
+
+// {rank: {key: t}} as {"trainer<rank>.<key>": t}, and back. The way back throws a checkpoint
+// error naming `part` for a key of no trainer of this run (another process count).
+StateDict merge_per_trainer(const std::map<int, StateDict>& by_rank);
+std::map<int, StateDict> split_per_trainer(const StateDict& merged, int trainers, const std::string& part);
+
+}  // namespace ctitan::ps
