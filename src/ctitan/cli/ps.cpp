@@ -46,6 +46,7 @@ void run_dist_autograd(config::JobConfig config, const ps::PsLayout& layout, con
     ps::EmbeddingServer server(std::move(config), layout);
     ServeScope serving({.embedding = [&] { return server.embedding(); },
                         .start = [&](int64_t rank) { return server.start(rank); },
+                        .ready = [&](ps::Push ready) { return server.ready(std::move(ready)); },
                         .report = [&](ps::Push report) { return server.report(std::move(report)); }});
     RpcRuntime runtime(ps::server_name(), options);
     server.run();

@@ -63,6 +63,16 @@ void AutogradTrainer::load(const WireState& model, const WireState& optimizer, c
 }
 
 void AutogradTrainer::run() {
+  try {
+    run_steps();
+  } catch (const std::exception& e) {
+    pause_if_server_lost(e);
+    throw;
+  }
+  done_.set_value(true);
+}
+
+void AutogradTrainer::run_steps() {
   namespace dist_autograd = rpc::dist_autograd;
   auto& model = *model_.model;
   const auto& t = config_.training;
@@ -123,6 +133,8 @@ void AutogradTrainer::run() {
         throw std::runtime_error(fmt::format("ps: step {}: the gradient norm is {} (a non-finite loss or gradient)",
                                              step, norm));
       }
+      // Every trainer's forward of this step has read the embedding: updates may begin.
+      rpc::rpc_async(server_name(), "ps.ready", int64_t(layout_.rank), step, report_options).wait();
       const double max_norm = t.max_norm;
       const double scale = max_norm > 0 ? std::min(1.0, max_norm / (norm + 1e-6)) : 1.0;
       optimizer_->step(context, lr_scheduler_->current_lr(), scale);
@@ -135,7 +147,6 @@ void AutogradTrainer::run() {
     model.hooks.clear();  // the hook holds an RRef
     optimizer_.reset();   // and the optimizer RRefs to its owners' optimizers
   }
-  done_.set_value(true);
 }
 
 }  // namespace ctitan::ps

@@ -38,6 +38,7 @@ class AutogradTrainer {
   void run();
 
  private:
+  void run_steps();
   // Puts a resumed state back: local parameters, optimizer (on both owners), schedule, loader.
   void load(const WireState& model, const WireState& optimizer, const WireState& lr, const WireState& loader);
 

@@ -24,7 +24,8 @@ EmbeddingServer::EmbeddingServer(config::JobConfig config, PsLayout layout)
                                                                   checkpoint::RankPlace{0, 1, 0, 1});
   schedule_ = std::make_unique<train::LrScheduler>(config_.lr_scheduler, config_.training.steps, config_.optimizer.lr);
   resume();
-  round_ = std::make_shared<GradientRound>(layout_.trainers(), step_ + 1);
+  backward_done_ = std::make_shared<GradientRound>(layout_.trainers(), step_ + 1, "gradient");
+  round_ = std::make_shared<GradientRound>(layout_.trainers(), step_ + 1, "report");
   metrics_ = make_server_metrics(config_, model_, layout_, stats_, step_);
   checkpointer_->set_before_save([this] { metrics_->sync(); });
   spdlog::info("ps: dist_autograd server of {} trainer{}: owns tok_embeddings ({} x {}), {} steps", layout_.trainers(),
@@ -138,11 +139,13 @@ void EmbeddingServer::resume() {
 }
 
 void EmbeddingServer::run() {
-  auto holds = watch_trainers(round_, layout_.trainers());
+  auto holds = watch_trainers({backward_done_, round_}, layout_.trainers());
   const auto& t = config_.training;
   spdlog::info("ps: training steps {} .. {}", step_ + 1, t.steps);
   metrics_->start_window();
   while (step_ < t.steps) {
+    backward_done_->wait_full(config_.ps.round_timeout_seconds);
+    backward_done_->finish(torch::zeros({0}));
     // Each trainer has stepped (its DistributedOptimizer updated the embedding here and its own
     // parameters there) and waits in its report until the round finishes.
     auto reports = round_->wait_full(config_.ps.round_timeout_seconds);

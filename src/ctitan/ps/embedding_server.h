@@ -4,7 +4,11 @@
 // (ps.embed) inside their distributed autograd context, so their backward reaches the embedding
 // here, and their DistributedOptimizers step it here.
 //
-// Each trainer reports every step (ps.report) and waits until all have: the server logs the step
+// The trainers step in lockstep, so that a run is reproducible: each trainer's forward of a step
+// reads the embedding of the step before (ps.ready: every trainer's backward is done before any
+// update; PyTorch's tutorial lets them race), and each waits at the end of a step until all
+// trainers have reported it (ps.report). Only the order in which the trainers' AdamW updates of
+// the embedding land varies (last bits). At a report round the server logs the step
 // (metrics.jsonl and the console line, as `ctitan train`) and, when one is due, writes the
 // checkpoint of that step as one rank while every trainer waits, so the embedding and each
 // trainer's state are those after the same step. The checkpoint holds trainer 1's model (with
@@ -49,6 +53,7 @@ class EmbeddingServer {
   rpc::RRef embedding();
   // ps.start: the steps done and, after a resume, the trainer's states.
   std::tuple<int64_t, WireState, WireState, WireState, WireState> start(int64_t rank);
+  rpc::Future ready(Push ready) { return backward_done_->add(std::move(ready)); }
   rpc::Future report(Push report) { return round_->add(std::move(report)); }
 
   // After init_rpc: runs until every trainer is done; throws one line naming a lost trainer or
@@ -70,7 +75,8 @@ class EmbeddingServer {
   SeededModel model_;
   std::mutex mutex_;
   rpc::RRef weight_;
-  std::shared_ptr<GradientRound> round_;
+  std::shared_ptr<GradientRound> backward_done_;  // ps.ready: every trainer's backward of the step
+  std::shared_ptr<GradientRound> round_;          // ps.report: every trainer's step
   PushStats stats_{"rpc_embed_latency"};
   std::unique_ptr<metrics::MetricsProcessor> metrics_;
   std::unique_ptr<checkpoint::CheckpointManager> checkpointer_;

@@ -9,7 +9,8 @@
 
 namespace ctitan::ps {
 
-GradientRound::GradientRound(int trainers, int64_t first_step) : step_(first_step), slots_(size_t(trainers)) {}
+GradientRound::GradientRound(int trainers, int64_t first_step, std::string what)
+    : what_(std::move(what)), step_(first_step), slots_(size_t(trainers)) {}
 
 int64_t GradientRound::step() const {
   std::lock_guard lock(mutex_);
@@ -50,8 +51,8 @@ std::vector<Push> GradientRound::wait_full(double timeout_s) {
   const bool ready = full_.wait_until(lock, deadline, [&] { return filled_ == int(slots_.size()) || !failure_.empty(); });
   if (!failure_.empty()) throw std::runtime_error(failure_);
   if (!ready) {
-    throw std::runtime_error(fmt::format("ps: step {}: no gradient from {} after {:g} s (ps.round_timeout_seconds; {} "
-                                         "of {} pushes arrived)", step_, missing_locked(), timeout_s, filled_,
+    throw std::runtime_error(fmt::format("ps: step {}: no {} from {} after {:g} s (ps.round_timeout_seconds; {} of {} "
+                                         "trainers' arrived)", step_, what_, missing_locked(), timeout_s, filled_,
                                          slots_.size()));
   }
   std::vector<Push> pushes;

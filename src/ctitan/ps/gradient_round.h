@@ -34,8 +34,9 @@ struct Push {
 
 class GradientRound {
  public:
-  // Slots for trainer ranks 1..trainers; the first round is for `first_step`.
-  GradientRound(int trainers, int64_t first_step);
+  // Slots for trainer ranks 1..trainers; the first round is for `first_step`. `what` names a
+  // push in the timeout's message ("gradient", "report").
+  GradientRound(int trainers, int64_t first_step, std::string what);
 
   // On an agent thread: stores `push` in its trainer's slot and returns the round's shared
   // future (completed by finish() with the new parameters). Throws, naming the trainer, for a
@@ -61,6 +62,7 @@ class GradientRound {
  private:
   std::string missing_locked() const;
 
+  const std::string what_;
   mutable std::mutex mutex_;
   std::condition_variable full_;
   int64_t step_;

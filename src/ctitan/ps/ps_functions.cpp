@@ -1,9 +1,12 @@
 #include "ctitan/ps/ps_functions.h"
 
+#include <chrono>
 #include <mutex>
+#include <thread>
 #include <stdexcept>
 
 #include "ctitan/rpc/state_dict_wire.h"
+#include "ctitan/rpc/errors.h"
 #include "ctitan/rpc/registry.h"
 
 namespace ctitan::ps {
@@ -22,6 +25,11 @@ Endpoints endpoints() {
 void serve(Endpoints e) {
   std::lock_guard lock(g_mutex);
   g_endpoints = std::move(e);
+}
+
+void pause_if_server_lost(const std::exception& e) {
+  auto* rpc_error = dynamic_cast<const rpc::RpcError*>(&e);
+  if (rpc_error && rpc_error->kind() == rpc::RpcErrorKind::PeerLost) std::this_thread::sleep_for(std::chrono::seconds(3));
 }
 
 void register_ps_functions() {
@@ -50,6 +58,11 @@ void register_ps_functions() {
     auto e = endpoints();
     if (!e.start) throw std::runtime_error("ps.start is served by the server of ps.mode dist_autograd only");
     return e.start(rank);
+  });
+  rpc::register_function("ps.ready", [](int64_t rank, int64_t step) {
+    auto e = endpoints();
+    if (!e.ready) throw std::runtime_error("ps.ready is served by the server of ps.mode dist_autograd only");
+    return e.ready(Push{int(rank), step});
   });
   rpc::register_function("ps.report", [](int64_t rank, int64_t step, int64_t tokens, double loss_sum, double grad_norm,
                                          double latency_s, int64_t rpc_bytes, const WireState& loader_state) {

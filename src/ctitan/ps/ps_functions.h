@@ -10,6 +10,9 @@
 //       mode: the embedding weight it owns, and a lookup in it
 //   ps.start(rank) -> (steps done, model, optimizer, lr_scheduler, dataloader states)  on the
 //       server, dist_autograd mode: a trainer's start (empty states unless resumed)
+//   ps.ready(rank, step)  on the server, dist_autograd mode, asynchronous: the trainer's backward
+//       of the step is done; the future completes when every trainer's is, so that no trainer's
+//       update of the embedding reaches a forward of the same step
 //   ps.report(rank, step, tokens, loss_sum, grad_norm, latency, bytes, dataloader state)  on the
 //       server, dist_autograd mode, asynchronous: a trainer's step done; the future completes when
 //       every trainer's has (and after the checkpoint of that step, if one is due)
@@ -39,6 +42,7 @@ struct Endpoints {
   std::function<rpc::Future()> hold;
   std::function<rpc::RRef()> embedding;
   std::function<std::tuple<int64_t, WireState, WireState, WireState, WireState>(int64_t rank)> start;
+  std::function<rpc::Future(Push ready)> ready;
   std::function<rpc::Future(Push report)> report;
   std::function<TrainerStateWire()> trainer_state;
 };
@@ -47,5 +51,11 @@ void register_ps_functions();
 
 // Installs this process's handlers; unset ones fail a call with "served by <role> only".
 void serve(Endpoints endpoints);
+
+// For a trainer's catch block: when `e` says the server is gone (PeerLost), waits 3 s. The server
+// usually ended the run with a line naming the cause (a lost trainer, a round timeout); a trainer
+// exiting at once would be the launcher's "root cause" instead, and the launcher stops this
+// process meanwhile.
+void pause_if_server_lost(const std::exception& e);
 
 }  // namespace ctitan::ps

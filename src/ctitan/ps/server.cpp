@@ -30,7 +30,7 @@ ParameterServer::ParameterServer(config::JobConfig config, PsLayout layout)
                                                                   checkpoint::RankPlace{0, 1, 0, 1});
   auto state = state_dicts();
   if (checkpointer_->load(state, {})) load_state_dicts(state);
-  round_ = std::make_shared<GradientRound>(layout_.trainers(), step_ + 1);
+  round_ = std::make_shared<GradientRound>(layout_.trainers(), step_ + 1, "gradient");
   flat_params_ = flatten(model_.params);
 
   metrics_ = make_server_metrics(config_, model_, layout_, stats_, step_);
@@ -51,7 +51,7 @@ std::tuple<int64_t, torch::Tensor, c10::Dict<std::string, at::Tensor>> Parameter
 }
 
 void ParameterServer::run() {
-  holds_ = watch_trainers(round_, layout_.trainers());
+  holds_ = watch_trainers({round_}, layout_.trainers());
   try {
     run_steps();
   } catch (const std::exception& e) {

@@ -29,15 +29,17 @@ std::unique_ptr<metrics::MetricsProcessor> make_server_metrics(const config::Job
   return std::make_unique<metrics::MetricsProcessor>(std::move(setup));
 }
 
-std::vector<rpc::Future> watch_trainers(const std::shared_ptr<GradientRound>& round, int trainers) {
+std::vector<rpc::Future> watch_trainers(const std::vector<std::shared_ptr<GradientRound>>& rounds, int trainers) {
   std::vector<rpc::Future> holds;
   for (int rank = 1; rank <= trainers; ++rank) {
     auto hold = rpc::rpc_async(trainer_name(rank), "ps.hold", rpc::CallOptions{.timeout_seconds = 0});
-    hold.then([round, rank](const rpc::Future& done) {
+    hold.then([rounds, rank](const rpc::Future& done) {
       try {
         done.wait();
       } catch (const std::exception& e) {
-        round->fail(fmt::format("ps: {} (rank {}) is gone: {}", trainer_name(rank), rank, e.what()));
+        for (const auto& round : rounds) {
+          round->fail(fmt::format("ps: {} (rank {}) is gone: {}", trainer_name(rank), rank, e.what()));
+        }
       }
     });
     holds.push_back(hold);

@@ -25,8 +25,8 @@ std::unique_ptr<metrics::MetricsProcessor> make_server_metrics(const config::Job
                                                                PushStats& stats, int64_t resumed_step);
 
 // One ps.hold call per trainer (by rank - 1), without timeout: only the trainer's end or death
-// completes it; a death fails `round` with one line naming the trainer.
-std::vector<rpc::Future> watch_trainers(const std::shared_ptr<GradientRound>& round, int trainers);
+// completes it; a death fails `rounds` with one line naming the trainer.
+std::vector<rpc::Future> watch_trainers(const std::vector<std::shared_ptr<GradientRound>>& rounds, int trainers);
 
 // The round's mean token loss and the largest trainer's, for MetricsProcessor::log.
 std::pair<torch::Tensor, torch::Tensor> round_losses(const std::vector<Push>& pushes);

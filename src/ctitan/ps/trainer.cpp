@@ -4,9 +4,9 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <thread>
 
 #include "ctitan/ps/flat_params.h"
+#include "ctitan/ps/ps_functions.h"
 #include "ctitan/rpc/state_dict_wire.h"
 #include "ctitan/rpc/api.h"
 #include "ctitan/rpc/errors.h"
@@ -67,11 +67,7 @@ void GradientTrainer::run() {
     try {
       fresh = reply.value_as<torch::Tensor>();
     } catch (const rpc::RpcError& e) {
-      // The server is gone: it ended the run, usually with a line naming the cause (a lost
-      // trainer, a round timeout). Exiting at once would make this trainer the launcher's
-      // "root cause"; a short pause lets the server's exit be the one reported (the launcher
-      // stops this process meanwhile).
-      if (e.kind() == rpc::RpcErrorKind::PeerLost) std::this_thread::sleep_for(std::chrono::seconds(3));
+      pause_if_server_lost(e);
       throw;
     }
     last_latency_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
