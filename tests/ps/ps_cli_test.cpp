@@ -114,34 +114,61 @@ TEST(CliPs, DistAutogradModeWithOneTrainerMatchesOneProcess) {
   }
 }
 
-// The resume of ResumeIsBitwise in dist_autograd mode with one trainer: the checkpoint holds the
-// server's embedding and, fetched from the trainer while it waits in its report, its parameters,
-// its optimizer's moments on both owners, its schedule and its dataloader position, under
-// `ctitan train`'s keys. Every input of the computation is restored, so losses and norms of the
-// resumed steps equal the uninterrupted run's bit for bit.
-TEST(CliPs, DistAutogradResumeIsBitwise) {
-  TempDir dir;
-  const std::vector<std::string> args = {"--training.steps", "8", "--metrics.log_freq", "1", "--checkpoint.enable",
-                                         "true", "--checkpoint.interval", "4", "--checkpoint.last_save_model_only",
-                                         "false", "--training.local_batch_size", "2", "--ps.mode", "dist_autograd"};
+// Every step's loss and grad norm of `b` equal `a`'s within `tolerance` relative (0: bit for bit).
+void expect_rows_match(const testing::Rows& a, const testing::Rows& b, size_t steps, double tolerance) {
+  ASSERT_EQ(a.size(), steps);
+  ASSERT_EQ(b.size(), steps);
+  for (size_t i = 0; i < steps; ++i) {
+    EXPECT_EQ(b[i]["step"], a[i]["step"]);
+    for (const char* key : {"loss", "grad_norm"}) {
+      const double x = b[i][key].get<double>(), y = a[i][key].get<double>();
+      if (tolerance == 0) {
+        EXPECT_EQ(x, y) << key << " of step " << i + 1;
+      } else {
+        EXPECT_LE(std::abs(x - y), tolerance * std::abs(y)) << key << " of step " << i + 1;
+      }
+    }
+  }
+}
+
+// `ctitan ps` on `nproc` processes, 2 x `half` steps with a checkpoint every `half`; then the
+// last checkpoint is deleted (as if the run had stopped after step `half`) and new processes
+// resume from the other: their steps must equal the first run's within `tolerance`.
+void expect_resume_matches(const TempDir& dir, int nproc, int half, const std::vector<std::string>& extra,
+                           double tolerance) {
+  const std::vector<std::string> args = {"--training.steps", std::to_string(2 * half), "--metrics.log_freq", "1",
+                                         "--checkpoint.enable", "true", "--checkpoint.interval", std::to_string(half),
+                                         "--checkpoint.last_save_model_only", "false", "--training.local_batch_size",
+                                         "2"};
   auto run = [&] {
-    return testing::run_ctitan(concat(concat(concat(launch(2), {"ps"}), testing::tiny_job_args(dir.path())), args), 240);
+    return testing::run_ctitan(
+        concat(concat(concat(launch(nproc), {"ps"}), testing::tiny_job_args(dir.path())), concat(args, extra)), 240);
   };
   auto full = run();
   ASSERT_EQ(full.exit_code, 0) << full.output;
   auto reference = testing::read_jsonl(dir.file("metrics.jsonl"));
-  std::filesystem::remove_all(dir.path() / "checkpoint" / "step-8");  // as if the run had stopped after step 4
+  std::filesystem::remove_all(dir.path() / "checkpoint" / ("step-" + std::to_string(2 * half)));
   auto resumed = run();
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from checkpoint"), std::string::npos) << resumed.output;
-  EXPECT_EQ(testing::first_logged_step(resumed.output), 5);
-  auto rows = testing::read_jsonl(dir.file("metrics.jsonl"));
-  ASSERT_EQ(rows.size(), 8u);
-  ASSERT_EQ(reference.size(), 8u);
-  for (size_t i = 0; i < 8; ++i) {
-    EXPECT_EQ(rows[i]["loss"].get<double>(), reference[i]["loss"].get<double>()) << "step " << i + 1;
-    EXPECT_EQ(rows[i]["grad_norm"].get<double>(), reference[i]["grad_norm"].get<double>()) << "step " << i + 1;
-  }
+  EXPECT_EQ(testing::first_logged_step(resumed.output), half + 1);
+  expect_rows_match(reference, testing::read_jsonl(dir.file("metrics.jsonl")), size_t(2 * half), tolerance);
+}
+
+// Steps 1-12 in one go against 1-6, then new processes resuming 7-12 from the server's step-6
+// checkpoint (parameters, AdamW, schedule, and each trainer's dataloader position): losses and
+// grad norms equal bit for bit, since the checkpoint holds every input of the computation.
+TEST(CliPs, ResumeIsBitwise) {
+  TempDir dir;
+  expect_resume_matches(dir, 3, 6, {}, 0);
+}
+
+// The same in dist_autograd mode with one trainer: the checkpoint holds the server's embedding
+// and, fetched from the trainer while it waits in its report, its parameters, its optimizer's
+// moments on both owners, its schedule and its dataloader position, under `ctitan train`'s keys.
+TEST(CliPs, DistAutogradResumeIsBitwise) {
+  TempDir dir;
+  expect_resume_matches(dir, 2, 4, {"--ps.mode", "dist_autograd"}, 0);
   // The model part is a whole model under ctitan train's names (the server's embedding with the
   // trainer's rest): the Hugging Face export takes it.
   auto exported = testing::run_ctitan({"checkpoint", "export", "--input", (dir.path() / "checkpoint" / "step-4").string(),
@@ -154,71 +181,19 @@ TEST(CliPs, DistAutogradResumeIsBitwise) {
 // and both dataloader positions. Not bitwise: the trainers step in lockstep, but their AdamW
 // updates of the shared embedding land in whichever order their step calls arrive, and float
 // arithmetic does not associate, so even two uninterrupted runs may differ in the last bits (a
-// few fp32 ulps, 1e-7 relative, per step). Bound 1e-4 relative over the 4 resumed steps leaves
-// room for that to grow; a trainer resumed from its initial parameters, fresh moments or the
-// wrong data window moves the loss by percents (without the lockstep, trainers' forwards racing
-// other trainers' updates moved it by 2.4e-3 between two runs).
+// few fp32 ulps, 1e-7 relative, per step; measured 0 in 4 runs). Bound 1e-4 relative leaves room
+// for that to grow; a trainer resumed from its initial parameters, fresh moments or the wrong data
+// window moves the loss by percents (without the lockstep, trainers' forwards racing other
+// trainers' updates moved it by 2.4e-3 between two runs).
 TEST(CliPs, DistAutogradResumesEveryTrainer) {
   TempDir dir;
-  const std::vector<std::string> args = {"--training.steps", "8", "--metrics.log_freq", "1", "--checkpoint.enable",
-                                         "true", "--checkpoint.interval", "4", "--checkpoint.last_save_model_only",
-                                         "false", "--training.local_batch_size", "2", "--ps.mode", "dist_autograd"};
-  auto run = [&] {
-    return testing::run_ctitan(concat(concat(concat(launch(3), {"ps"}), testing::tiny_job_args(dir.path())), args), 240);
-  };
-  auto full = run();
-  ASSERT_EQ(full.exit_code, 0) << full.output;
-  auto reference = testing::read_jsonl(dir.file("metrics.jsonl"));
-  std::filesystem::remove_all(dir.path() / "checkpoint" / "step-8");
-  auto resumed = run();
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  EXPECT_EQ(testing::first_logged_step(resumed.output), 5);
-  auto rows = testing::read_jsonl(dir.file("metrics.jsonl"));
-  ASSERT_EQ(rows.size(), 8u);
-  ASSERT_EQ(reference.size(), 8u);
-  double worst = 0;
-  for (size_t i = 4; i < 8; ++i) {
-    const double a = rows[i]["loss"].get<double>(), b = reference[i]["loss"].get<double>();
-    EXPECT_LT(std::abs(a - b) / b, 1e-4) << "step " << i + 1 << ": " << a << " vs " << b;
-    worst = std::max(worst, std::abs(a - b) / b);
-  }
-  std::cout << "ps dist_autograd, 2 trainers, resumed steps 5-8 vs uninterrupted: max relative loss difference "
-            << worst << "\n";
+  expect_resume_matches(dir, 3, 4, {"--ps.mode", "dist_autograd"}, 1e-4);
   // The checkpoint's second trainer: its own model and moments next to the shared ones.
   auto listing =
       testing::run_ctitan({"checkpoint", "inspect", "--tensors", (dir.path() / "checkpoint" / "step-4").string()});
   EXPECT_NE(listing.output.find("ps_trainers/trainer2.model.output.weight"), std::string::npos) << listing.output;
   EXPECT_NE(listing.output.find("ps_trainers/trainer2.optimizer.state.tok_embeddings.weight.exp_avg"), std::string::npos)
       << listing.output;
-}
-
-// Steps 1-12 in one go against 1-6, then new processes resuming 7-12 from the server's step-6
-// checkpoint (parameters, AdamW, schedule, and each trainer's dataloader position): losses and
-// grad norms equal bit for bit, since the checkpoint holds every input of the computation.
-TEST(CliPs, ResumeIsBitwise) {
-  TempDir dir;
-  const std::vector<std::string> args = {"--training.steps", "12", "--metrics.log_freq", "1", "--checkpoint.enable",
-                                         "true", "--checkpoint.interval", "6", "--checkpoint.last_save_model_only",
-                                         "false", "--training.local_batch_size", "2"};
-  auto run = [&] {
-    return testing::run_ctitan(concat(concat(concat(launch(3), {"ps"}), testing::tiny_job_args(dir.path())), args), 240);
-  };
-  auto full = run();
-  ASSERT_EQ(full.exit_code, 0) << full.output;
-  auto reference = testing::read_jsonl(dir.file("metrics.jsonl"));
-  std::filesystem::remove_all(dir.path() / "checkpoint" / "step-12");  // as if the run had stopped after step 6
-  auto resumed = run();
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  EXPECT_NE(resumed.output.find("resumed from checkpoint"), std::string::npos) << resumed.output;
-  EXPECT_EQ(testing::first_logged_step(resumed.output), 7);
-  auto rows = testing::read_jsonl(dir.file("metrics.jsonl"));
-  ASSERT_EQ(rows.size(), 12u);
-  ASSERT_EQ(reference.size(), 12u);
-  for (size_t i = 0; i < 12; ++i) {
-    EXPECT_EQ(rows[i]["step"], reference[i]["step"]);
-    EXPECT_EQ(rows[i]["loss"].get<double>(), reference[i]["loss"].get<double>()) << "step " << i + 1;
-    EXPECT_EQ(rows[i]["grad_norm"].get<double>(), reference[i]["grad_norm"].get<double>()) << "step " << i + 1;
-  }
 }
 
 // Under `ctitan run --max-restarts 1`, trainer 2 is killed (its wrapper exits 9) after the server
@@ -255,21 +230,8 @@ void expect_restart_resumes(const std::string& mode, double tolerance) {
   const std::string resumed_line = r.output.substr(resumed_at, r.output.find('\n', resumed_at) - resumed_at);
   std::cout << resumed_line << "\n";
   EXPECT_EQ(resumed_line.find("step-40"), std::string::npos) << resumed_line;
-  auto a = testing::read_jsonl(reference_dir.file("metrics.jsonl"));
-  auto b = testing::read_jsonl(dir.file("metrics.jsonl"));
-  ASSERT_EQ(a.size(), 40u);
-  ASSERT_EQ(b.size(), 40u);
-  for (size_t i = 0; i < 40; ++i) {
-    EXPECT_EQ(b[i]["step"], a[i]["step"]);
-    for (const char* key : {"loss", "grad_norm"}) {
-      const double x = b[i][key].get<double>(), y = a[i][key].get<double>();
-      if (tolerance == 0) {
-        EXPECT_EQ(x, y) << key << " of step " << i + 1;
-      } else {
-        EXPECT_LE(std::abs(x - y), tolerance * std::abs(y)) << key << " of step " << i + 1;
-      }
-    }
-  }
+  expect_rows_match(testing::read_jsonl(reference_dir.file("metrics.jsonl")), testing::read_jsonl(dir.file("metrics.jsonl")),
+                    40, tolerance);
 }
 
 TEST(CliPs, KilledTrainerUnderRestartsResumesBitwise) { expect_restart_resumes("gradients", 0); }

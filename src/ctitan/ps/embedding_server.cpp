@@ -116,12 +116,7 @@ void EmbeddingServer::resume() {
   }
   step_ = require_state(parts.at("train_state"), "step").item<int64_t>();
   ntokens_seen_ = require_state(parts.at("train_state"), "ntokens_seen").item<int64_t>();
-  loader_states_ = split_per_trainer(parts.at("dataloader"), layout_.trainers(), "dataloader");
-  if (step_ > 0 && int(loader_states_.size()) != layout_.trainers()) {
-    throw InputError(fmt::format("checkpoint error: the checkpoint of step {} holds the dataloader states of {} "
-                                 "trainers, this run has {}: resume a ctitan ps checkpoint with the same number of "
-                                 "processes", step_, loader_states_.size(), layout_.trainers()));
-  }
+  loader_states_ = trainer_loader_states(parts.at("dataloader"), layout_.trainers(), step_);
   // Trainer 1 under ctitan train's keys; the others "trainer<r>.<part>.<key>".
   trainer_states_[1] = {parts.at("model"), parts.at("optimizer"), parts.at("lr_scheduler")};
   trainer_states_[1].model.erase(kEmbedding);

@@ -142,12 +142,7 @@ void ParameterServer::load_state_dicts(const std::map<std::string, StateDict>& s
   lr_scheduler_->load_state_dict(state.at("lr_scheduler"));
   step_ = require_state(state.at("train_state"), "step").item<int64_t>();
   ntokens_seen_ = require_state(state.at("train_state"), "ntokens_seen").item<int64_t>();
-  loader_states_ = split_per_trainer(state.at("dataloader"), layout_.trainers(), "dataloader");
-  if (step_ > 0 && int(loader_states_.size()) != layout_.trainers()) {
-    throw InputError(fmt::format("checkpoint error: the checkpoint of step {} holds the dataloader states of {} "
-                                 "trainers, this run has {}: resume a ctitan ps checkpoint with the same number of "
-                                 "processes", step_, loader_states_.size(), layout_.trainers()));
-  }
+  loader_states_ = trainer_loader_states(state.at("dataloader"), layout_.trainers(), step_);
   spdlog::info("ps: resumed at step {}", step_);
 }
 

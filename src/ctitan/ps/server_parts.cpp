@@ -83,4 +83,14 @@ std::map<int, StateDict> split_per_trainer(const StateDict& merged, int trainers
   return by_rank;
 }
 
+std::map<int, StateDict> trainer_loader_states(const StateDict& dataloader, int trainers, int64_t step) {
+  auto states = split_per_trainer(dataloader, trainers, "dataloader");
+  if (step > 0 && int(states.size()) != trainers) {
+    throw InputError(fmt::format("checkpoint error: the checkpoint of step {} holds the dataloader states of {} "
+                                 "trainers, this run has {}: resume a ctitan ps checkpoint with the same number of "
+                                 "processes", step, states.size(), trainers));
+  }
+  return states;
+}
+
 }  // namespace ctitan::ps

@@ -35,5 +35,8 @@ std::pair<torch::Tensor, torch::Tensor> round_losses(const std::vector<Push>& pu
 // error naming `part` for a key of no trainer of this run (another process count).
 StateDict merge_per_trainer(const std::map<int, StateDict>& by_rank);
 std::map<int, StateDict> split_per_trainer(const StateDict& merged, int trainers, const std::string& part);
+// The "dataloader" part of the checkpoint of `step` by trainer; a checkpoint error when it holds
+// another number of trainers than this run's.
+std::map<int, StateDict> trainer_loader_states(const StateDict& dataloader, int trainers, int64_t step);
 
 }  // namespace ctitan::ps
