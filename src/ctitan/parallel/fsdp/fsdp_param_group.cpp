@@ -1,10 +1,13 @@
 #include "ctitan/parallel/fsdp/fsdp_param_group.h"
 
 #include <fmt/format.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <chrono>
 
 #include "ctitan/distributed/communicator.h"
+#include "ctitan/metrics/memory_tracker.h"
 #include "ctitan/parallel/fsdp/storage.h"
 
 namespace ctitan::parallel::fsdp {
@@ -13,6 +16,17 @@ namespace {
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
+
+using metrics::MemoryTag;
+using metrics::MemoryTagScope;
+
+// Runs after autograd accumulated a gathered parameter's gradient: that gradient is FSDP's until
+// post_backward copies it for the reduction, so the memory tracker counts it as such.
+struct TagUnshardedGrad : torch::autograd::PostAccumulateGradHook {
+  void operator()(const torch::autograd::Variable& param) override {
+    metrics::tag_storage(param.grad(), MemoryTag::kUnshardedGrads);
+  }
+};
 
 }  // namespace
 
@@ -54,12 +68,14 @@ FSDPParamGroup::FSDPParamGroup(std::string name, std::vector<std::pair<std::stri
     sp.unsharded = torch::empty(sp.global_shape, torch::TensorOptions().dtype(mp_.param_dtype).device(sp.module_param.device()));
     free_storage(sp.unsharded);
     sp.module_param.set_data(sp.unsharded);
+    torch::autograd::impl::set_post_acc_grad_hooks(sp.module_param, std::make_unique<TagUnshardedGrad>());
   }
 }
 
 void FSDPParamGroup::unshard_async() {
   if (unsharded_ || gather_work_) return;
   torch::NoGradGuard no_grad;
+  MemoryTagScope tag(MemoryTag::kCommBuffers);
   // (S,) param_dtype: the cast is of 1/N of the group, once per gather.
   auto input = flat_shard_.scalar_type() == mp_.param_dtype ? flat_shard_ : flat_shard_.to(mp_.param_dtype);
   gathered_ = torch::empty({world_ * flat_shard_.numel()}, input.options());
@@ -75,6 +91,7 @@ double FSDPParamGroup::unshard() {
   double blocked = seconds_since(start);
 
   torch::NoGradGuard no_grad;
+  MemoryTagScope tag(MemoryTag::kUnshardedParams);
   const int64_t S = flat_shard_.numel();
   for (auto& sp : params_) {
     // Copy-out: rank r's rows of this parameter sit at [r*S + flat_offset, ...) in the gathered buffer.
@@ -126,6 +143,7 @@ torch::Tensor FSDPParamGroup::gradients_into_reduce_buffer() const {
 
 void FSDPParamGroup::post_backward(bool sync) {
   torch::NoGradGuard no_grad;
+  MemoryTagScope tag(MemoryTag::kCommBuffers);
   auto grads = gradients_into_reduce_buffer();
   for (auto& sp : params_) sp.module_param.mutable_grad() = torch::Tensor();  // the unsharded gradient is freed here
   if (unsynced_grads_.defined()) {
@@ -135,12 +153,21 @@ void FSDPParamGroup::post_backward(bool sync) {
   }
   if (!sync) {
     unsynced_grads_ = std::move(grads);
+    metrics::tag_storage(unsynced_grads_, MemoryTag::kUnshardedGrads);
     return;
   }
+  metrics::tag_storage(grads, MemoryTag::kCommBuffers);  // the accumulated sum, when there was one
   TORCH_CHECK(!reduce_work_, "FSDP group ", name_, ": a gradient reduction is already in flight");
   // The loss is already divided by the token count of the whole global batch, so the SUM over
   // ranks is the exact token-weighted mean: no division by N here.
-  reduced_ = torch::empty({flat_shard_.numel()}, grads.options());
+  {
+    // In fp32 and with no gradient yet, the output becomes the sharded gradient (finish_reduce):
+    // model state, not a communication buffer. The scope still tags the collective's scratch.
+    const bool becomes_grad =
+        mp_.reduce_dtype == torch::kFloat && !params_.empty() && !params_.front().sharded.grad().defined();
+    MemoryTagScope output_tag(becomes_grad ? MemoryTag::kNone : MemoryTag::kCommBuffers);
+    reduced_ = torch::empty({flat_shard_.numel()}, grads.options());
+  }
   reduce_work_ = groups_.shard->reduce_scatter_tensor(reduced_, grads, distributed::ReduceOp::kSum, /*async_op=*/true);
 }
 
@@ -150,7 +177,10 @@ double FSDPParamGroup::finish_reduce() {
   reduce_work_->wait();
   reduce_work_.reset();
   // HSDP: the shard group reduced within each replica; the replicas then sum their shards.
-  if (groups_.replicate) groups_.replicate->all_reduce(reduced_, distributed::ReduceOp::kSum);
+  if (groups_.replicate) {
+    MemoryTagScope tag(MemoryTag::kCommBuffers);
+    groups_.replicate->all_reduce(reduced_, distributed::ReduceOp::kSum);
+  }
   double blocked = seconds_since(start);
 
   torch::NoGradGuard no_grad;
