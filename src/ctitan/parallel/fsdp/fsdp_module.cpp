@@ -66,9 +66,11 @@ void FSDPModule::fully_shard_root(const torch::nn::Module& root) {
 }
 
 void FSDPModule::unshard_with_prefetch(size_t i, int64_t prefetch) {
-  param_groups_[i]->unshard_async();
-  if (prefetch >= 0 && size_t(prefetch) < param_groups_.size()) param_groups_[size_t(prefetch)]->unshard_async();
+  // Group i's gathered buffer is copied out and freed before the prefetch allocates the next one
+  // (FSDP2's order): issuing the prefetch first would keep two gather buffers alive beside i's
+  // parameters during the copy-out. The prefetch still runs during group i's compute.
   exposed_seconds_ += param_groups_[i]->unshard();
+  if (prefetch >= 0 && size_t(prefetch) < param_groups_.size()) param_groups_[size_t(prefetch)]->unshard_async();
 }
 
 torch::Tensor FSDPModule::pre_forward(size_t i, const torch::Tensor& input) {
@@ -108,8 +110,10 @@ void FSDPModule::post_backward(size_t i) {
   for (auto& g : param_groups_) {
     if (g->reduce_pending()) exposed_seconds_ += g->finish_reduce();
   }
-  param_groups_[i]->post_backward(sync_);
+  // The parameters are freed before the reduce buffer is allocated (FSDP2's order): their
+  // gradients are tensors of their own, so nothing below reads the gathered values.
   if (reshard_after_backward_) param_groups_[i]->reshard();
+  param_groups_[i]->post_backward(sync_);
 }
 
 void FSDPModule::finish_backward() {

@@ -3,12 +3,18 @@
 // forward hooks (models/module_hooks.h). Each fully_shard() call makes one FSDPParamGroup of the
 // given modules' parameters; the FSDPModule runs the schedule for all of them:
 //
-// forward, group i:   pre:  all-gather i (unless prefetched), prefetch i+1, wait for i
+// forward, group i:   pre:  all-gather i (unless prefetched), wait and copy it out, prefetch i+1
 //                     post: free i's unsharded parameters if it reshards after forward
 // backward, group i:  pre  (the backward of i's output): gather i again, prefetch i-1
-//                     post (the backward of i's input):  reduce-scatter i's gradients, free them
-//                                                        and the parameters, after completing
-//                                                        the previous group's reduction
+//                     post (the backward of i's input):  complete the previous group's
+//                                                        reduction, free i's parameters, copy
+//                                                        i's gradients into the reduce buffer,
+//                                                        free them, reduce-scatter
+//
+// Memory, as FSDP2: during group i's backward FSDP holds i's parameters and gradients, the
+// prefetch of i-1 and the reduce-scatter of i+1 (its input until wait(), which overlaps it with
+// i's compute). A prefetch is issued only after the group in use is copied out, and a group's
+// parameters are freed before its reduce buffer is allocated, so neither moment adds a buffer.
 // end of backward:    a callback runs the post-backward of groups whose input needs no grad
 //                     (the embeddings), then waits for every reduction.
 //

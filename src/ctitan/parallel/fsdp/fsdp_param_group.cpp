@@ -76,9 +76,12 @@ void FSDPParamGroup::unshard_async() {
   if (unsharded_ || gather_work_) return;
   torch::NoGradGuard no_grad;
   MemoryTagScope tag(MemoryTag::kCommBuffers);
-  // (S,) param_dtype: the cast is of 1/N of the group, once per gather.
-  auto input = flat_shard_.scalar_type() == mp_.param_dtype ? flat_shard_ : flat_shard_.to(mp_.param_dtype);
-  gathered_ = torch::empty({world_ * flat_shard_.numel()}, input.options());
+  const int64_t S = flat_shard_.numel();
+  gathered_ = torch::empty({world_ * S}, flat_shard_.options().dtype(mp_.param_dtype));
+  // The input is this rank's slot of the output (FSDP2's in-place all-gather): the shard is cast
+  // straight into it, so no (S,) param_dtype copy lives beside the buffer while the gather runs.
+  auto input = gathered_.narrow(0, rank_ * S, S);
+  input.copy_(flat_shard_);
   gather_work_ = groups_.shard->all_gather_into_tensor(gathered_, input, /*async_op=*/true);
 }
 

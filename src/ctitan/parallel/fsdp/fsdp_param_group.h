@@ -7,6 +7,7 @@
 // and copies each parameter out into its own tensor, which becomes the module parameter's data;
 // reshard() resizes that tensor's storage to zero bytes (the parameter keeps its shape and
 // identity for autograd), so the memory is freed at once. Buffers handed to a collective are held by its Work until wait(), no longer.
+// The all-gather is in place: its input is this rank's slot of the gathered buffer.
 // What FSDP holds for a while (gathered parameters, their gradients until copied for reduction,
 // collective buffers) is tagged for the memory tracker (metrics/memory_tracker.h).
 #include <torch/torch.h>
