@@ -111,27 +111,24 @@ class CtitanCpuWalk {
   // --- FSDP group lifetimes (parallel/fsdp/fsdp_param_group.cpp) -----------------------------
 
   int64_t gathered_bytes(const Group& g) const { return shards_ * g.shard * c_; }
-  // The all-gather's input: the flat shard cast to param dtype (none when that is fp32).
-  int64_t cast_bytes(const Group& g) const { return c_ == 4 ? 0 : g.shard * c_; }
-
+  // The all-gather is in place: the shard is cast into this rank's slot of the gathered buffer.
   void issue_gather(int64_t i) {
     if (!fsdp_ || i < 0 || i >= int64_t(groups_.size()) || unsharded_[i] || gathering_[i]) return;
     gathering_[i] = true;
-    L_.add(kComm, cast_bytes(groups_[i]) + gathered_bytes(groups_[i]));
+    L_.add(kComm, gathered_bytes(groups_[i]));
   }
-  // unshard_with_prefetch: issue this group's gather and the prefetch, wait for this one (the
-  // Work drops its cast input), give each parameter its storage and copy out, drop the gathered
-  // buffer.
+  // unshard_with_prefetch: issue this group's gather (unless prefetched), wait for it, give each
+  // parameter its storage and copy out, drop the gathered buffer; only then issue the prefetch.
   void unshard(int64_t i, int64_t prefetch) {
     if (!fsdp_) return;
     issue_gather(i);
+    if (!unsharded_[i]) {
+      L_.add(kParams, groups_[i].unsharded * c_);
+      L_.free(kComm, gathered_bytes(groups_[i]));
+      gathering_[i] = false;
+      unsharded_[i] = true;
+    }
     issue_gather(prefetch);
-    if (unsharded_[i]) return;
-    L_.free(kComm, cast_bytes(groups_[i]));
-    L_.add(kParams, groups_[i].unsharded * c_);
-    L_.free(kComm, gathered_bytes(groups_[i]));
-    gathering_[i] = false;
-    unsharded_[i] = true;
   }
   void reshard(int64_t i) {
     if (!fsdp_ || !unsharded_[i]) return;
@@ -144,13 +141,14 @@ class CtitanCpuWalk {
     return i + 1 < int64_t(groups_.size()) || job_.reshard_after_forward == R::kAlways;
   }
 
-  // post-backward of group i: complete the reduction in flight, copy the group's gradients into
-  // a reduce buffer and free them, start its reduce-scatter, reshard.
+  // post-backward of group i: complete the reduction in flight, reshard, copy the group's
+  // gradients into a reduce buffer and free them, start its reduce-scatter.
   void post_backward(int64_t i) {
     if (!fsdp_) return;
     const auto& g = groups_[i];
     L_.at(fmt::format("backward: {} reduce-scatter", g.name));
     finish_pending_reduce();
+    reshard(i);
     const bool sync = last_mb_ || job_.gradient_sync == config::GradientSync::kEveryMicrobatch;
     const int64_t buffer = shards_ * g.shard * rd_;
     L_.add(kComm, buffer);
@@ -165,7 +163,6 @@ class CtitanCpuWalk {
       L_.add(kComm, g.shard * rd_);  // this rank's reduced shard; the receive buffer is the pool's
       pending_ = i;
     }
-    reshard(i);
   }
   void finish_pending_reduce() {
     if (pending_ < 0) return;
