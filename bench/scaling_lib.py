@@ -102,9 +102,12 @@ def memory_row(bench, ctitan, tmp, data, name, nproc, args, dtype, seq_len, step
     rows = training_rows(os.path.join(folder, "metrics.jsonl"), skip_first=1)
     last = rows[-1]
     state = last["memory_params_bytes"] + last["memory_grads_bytes"] + last["memory_optimizer_bytes"]
+    peak_row = max(rows, key=lambda r: r["memory_peak_bytes"])
+    # What FSDP held at that peak (0 without FSDP): gathered parameters, their gradients, buffers.
+    fsdp = {k: peak_row.get(f"memory_peak_fsdp_{k}_bytes", 0) for k in ("params", "grads", "comm")}
     return {"name": name, "params": last["memory_params_bytes"], "grads": last["memory_grads_bytes"],
             "optimizer": last["memory_optimizer_bytes"], "state": state,
-            "peak": max(r["memory_peak_bytes"] for r in rows), "comm": last["comm_bytes_per_step"],
+            "peak": peak_row["memory_peak_bytes"], "fsdp": fsdp, "comm": last["comm_bytes_per_step"],
             "step_s": sum(r["time_step_s"] for r in rows) / len(rows), "rss": rss}
 
 

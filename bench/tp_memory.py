@@ -20,9 +20,8 @@ activations and whatever else is live at the peak.
 "fsdp" is measured at the moment of the peak, not estimated: FSDP tags what it holds only for a
 while (gathered parameters, their gradients until copied for reduction, all-gather and
 reduce-scatter buffers and the collective's pooled scratch; metrics/memory_tracker.h), and the
-counting allocator copies the tagged counters whenever it records a new peak. Each rank writes
-them per logging window to $CTITAN_MEMORY_PEAKS_DIR; the row's peak window is found by its peak
-bytes. "activ" = peak - model state - fsdp: the activations at the peak (the autograd graph's
+counting allocator copies the tagged counters whenever it records a new peak; metrics.jsonl
+reports them (memory_peak_fsdp_{params,grads,comm}_bytes) beside memory_peak_bytes. "activ" = peak - model state - fsdp: the activations at the peak (the autograd graph's
 saved tensors and backward's temporaries). TP's collectives run inside the call, and what they
 gather is saved for backward: activations too. Model state is the end of the step's, so
 gradients not yet produced at the peak are subtracted as well: "activ" is a lower bound.
@@ -36,7 +35,6 @@ Usage: bench/tp_memory.py [--ctitan build/bin/ctitan] [--dtype float32|bfloat16]
                           [--sizes small,large] [--layouts 1,tp,fsdp,fsdp-tp]
 """
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -69,19 +67,6 @@ def layouts(global_batch, keys=tuple(LAYOUT_KEYS)):
     return [layout for layout in every if layout[0] in names]
 
 
-def transient_at_peak(peaks_dir, peak):
-    """Rank 0's FSDP-tagged bytes live when its peak was recorded: the window (one per logged
-    step; the first line is start-up) whose peak equals the row's. Returns {params, grads, comm}."""
-    path = os.path.join(peaks_dir, "memory_peaks_rank0.jsonl")
-    windows = [json.loads(line) for line in open(path)][1:]
-    match = [w for w in windows if w["peak_bytes"] == peak]
-    if not match:
-        sys.exit(f"tp_memory: no window in {path} has the peak {peak} of metrics.jsonl")
-    w = match[0]
-    return {"params": w["unsharded_params_bytes"], "grads": w["unsharded_grads_bytes"],
-            "comm": w["comm_buffers_bytes"]}
-
-
 def verdict(ok):
     return "PASS" if ok else "FAIL"
 
@@ -94,12 +79,8 @@ def measure_model(ctitan, tmp, title, seq_len, global_batch, dtype, steps, layou
     rows = {}
     for name, nproc, args in layouts(global_batch, layout_keys):
         for mode, ac_args in AC_MODES:
-            peaks_dir = tempfile.mkdtemp(dir=tmp)
-            os.environ["CTITAN_MEMORY_PEAKS_DIR"] = peaks_dir  # run_measured passes os.environ on
             r = lib.memory_row("tp_memory", ctitan, tmp, data, f"{title} {name} {mode}", nproc, args + ac_args,
                                dtype, seq_len, steps)
-            del os.environ["CTITAN_MEMORY_PEAKS_DIR"]
-            r["fsdp"] = transient_at_peak(peaks_dir, r["peak"])
             rows[(name, mode)] = r
             print(f"tp_memory: {title}, {name}, AC {mode}: {r['step_s']:.2f} s/step", file=sys.stderr, flush=True)
     return rows

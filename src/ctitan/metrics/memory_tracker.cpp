@@ -95,23 +95,6 @@ class CountingAllocator final : public c10::Allocator {
   void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
 };
 
-// The window that reset_peak_memory() is about to end, as one JSON line (see the header).
-void append_window_line(int64_t peak, const std::array<int64_t, kMemoryTagCount>& tagged, int64_t tagged_high) {
-  const char* dir = std::getenv("CTITAN_MEMORY_PEAKS_DIR");
-  if (dir == nullptr || *dir == '\0') return;
-  const char* rank = std::getenv("RANK");
-  const std::string path = std::string(dir) + "/memory_peaks_rank" + (rank ? rank : "0") + ".jsonl";
-  std::FILE* f = std::fopen(path.c_str(), "a");
-  if (f == nullptr) return;  // a measurement aid: training goes on without it
-  std::fprintf(f,
-               "{\"peak_bytes\": %lld, \"unsharded_params_bytes\": %lld, \"unsharded_grads_bytes\": %lld, "
-               "\"comm_buffers_bytes\": %lld, \"tagged_high_water_bytes\": %lld}\n",
-               (long long)peak, (long long)tagged[size_t(MemoryTag::kUnshardedParams)],
-               (long long)tagged[size_t(MemoryTag::kUnshardedGrads)], (long long)tagged[size_t(MemoryTag::kCommBuffers)],
-               (long long)tagged_high);
-  std::fclose(f);
-}
-
 }  // namespace
 
 void install_memory_tracker() {
@@ -137,7 +120,6 @@ MemoryStats memory_stats() {
 
 void reset_peak_memory() {
   std::lock_guard<std::mutex> lock(g_peak_mutex);
-  append_window_line(g_peak.load(), g_peak_tagged, g_tagged_high.load());
   g_peak.store(g_active.load());
   g_peak_tagged = tagged_now();
   g_tagged_high.store(g_tagged_total.load());

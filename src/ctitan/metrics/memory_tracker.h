@@ -38,10 +38,7 @@ struct MemoryStats {
 void install_memory_tracker();
 bool memory_tracker_installed();
 MemoryStats memory_stats();
-// Starts a new peak window. With CTITAN_MEMORY_PEAKS_DIR set, first appends the window that
-// ends here (peak, tagged bytes at the peak, tagged high water) as one JSON line to
-// $CTITAN_MEMORY_PEAKS_DIR/memory_peaks_rank$RANK.jsonl: how bench/tp_memory.py reads the
-// breakdown, the trainer's metrics.jsonl having one line per window too.
+// Starts a new peak window (MetricsProcessor: one per logged step).
 void reset_peak_memory();
 
 // CPU allocations made by this thread while a scope lives carry `tag` (scopes nest).

@@ -26,6 +26,10 @@ struct StepMetrics {
   double mfu = 0;        // percent of the peak FLOP/s
   int64_t memory_active_bytes = 0;
   int64_t memory_peak_bytes = 0;
+  // What FSDP held at the moment of memory_peak_bytes (MemoryTag): gathered parameters, their
+  // gradients before the reduction's copy, communication buffers. The rest of the peak is model
+  // state, activations and op temporaries. 0 without FSDP.
+  int64_t memory_peak_fsdp_params_bytes = 0, memory_peak_fsdp_grads_bytes = 0, memory_peak_fsdp_comm_bytes = 0;
   int64_t memory_rss_bytes = 0;
   int64_t memory_alloc_count = 0;  // allocations since the last log
   double memory_page_faults_per_step = 0;  // minor page faults per step since the last log

@@ -121,6 +121,9 @@ void MetricsProcessor::log(int64_t step, const torch::Tensor& loss, const torch:
   m.comm_bytes_per_step = double(bytes_now - window_.comm_bytes_at_start) / steps;
   m.memory_active_bytes = memory.active_bytes;
   m.memory_peak_bytes = memory.peak_bytes;
+  m.memory_peak_fsdp_params_bytes = memory.peak_tagged_bytes[size_t(MemoryTag::kUnshardedParams)];
+  m.memory_peak_fsdp_grads_bytes = memory.peak_tagged_bytes[size_t(MemoryTag::kUnshardedGrads)];
+  m.memory_peak_fsdp_comm_bytes = memory.peak_tagged_bytes[size_t(MemoryTag::kCommBuffers)];
   m.memory_rss_bytes = resident_set_bytes();
   m.memory_alloc_count = memory.alloc_count - window_.allocs_at_start;
   m.memory_page_faults_per_step = double(minor_page_faults() - window_.page_faults_at_start) / steps;
