@@ -117,6 +117,16 @@ void run_dist_autograd(const Worker& w, rpc::RpcOptions& options) {
   }
   check(!dist_autograd::current_context_id(), "no current context after the Context is destroyed");
   {
+    // Gradients accumulate in the context: a second backward over the same graph (retain_graph,
+    // as PyTorch's) adds to the first, on the worker that holds the leaf. 6 + 6, exact.
+    dist_autograd::Context ctx;
+    auto x = at::full({3}, 1.5f).requires_grad_();
+    auto y = rpc::rpc_sync("worker1", "nested_scale", "worker0", x).toTensor();
+    dist_autograd::backward(ctx, {y.sum()}, /*retain_graph=*/true);
+    dist_autograd::backward(ctx, {y.sum()});
+    check_equal(dist_autograd::get_gradients(ctx).at(x), at::full({3}, 12.0f), "two backwards accumulate in the context");
+  }
+  {
     dist_autograd::Context ctx;
     auto x = at::full({2}, 0.5f).requires_grad_();
     auto y = rpc::rpc_sync("worker1", "async_mul2_via", "worker0", x).toTensor();
