@@ -15,7 +15,6 @@
 namespace ctitan::ps {
 namespace {
 
-constexpr const char* kEmbedding = "tok_embeddings.weight";
 const std::vector<std::string> kAdamWFields = {"exp_avg", "exp_avg_sq", "step"};
 
 }  // namespace
@@ -33,7 +32,7 @@ TrainerStateWire AutogradTrainer::state() {
   for (const auto& [fqn, p] : model_.named_params) {
     if (fqn != kEmbedding) model[fqn] = p.detach();
   }
-  // train::AdamW's keys, so that one trainer's checkpoint is a `ctitan train` checkpoint.
+  // train::AdamW's keys, as `ctitan train`'s checkpoints hold them.
   StateDict optimizer;
   auto per_param = optimizer_->state_dict();
   for (size_t i = 0; i < per_param.size(); ++i) {

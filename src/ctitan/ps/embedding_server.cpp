@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "ctitan/common/error.h"
 #include "ctitan/ps/server_parts.h"
 #include "ctitan/rpc/api.h"
 #include "ctitan/rpc/state_dict_wire.h"
@@ -12,7 +11,6 @@
 namespace ctitan::ps {
 namespace {
 
-constexpr const char* kEmbedding = "tok_embeddings.weight";
 constexpr const char* kTrainersPart = "ps_trainers";
 
 }  // namespace

@@ -17,6 +17,9 @@
 
 namespace ctitan::ps {
 
+// The parameter the server owns in --ps.mode dist_autograd.
+inline constexpr const char* kEmbedding = "tok_embeddings.weight";
+
 struct SeededModel {
   std::shared_ptr<const data::Tokenizer> tokenizer;  // null without model.tokenizer_path
   models::llama::ModelArgs args;

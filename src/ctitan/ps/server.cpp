@@ -4,10 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
-#include <filesystem>
 
 #include "ctitan/data/packed_loader.h"
-#include "ctitan/common/error.h"
 #include "ctitan/ps/flat_params.h"
 #include "ctitan/ps/server_parts.h"
 #include "ctitan/rpc/state_dict_wire.h"
