@@ -114,6 +114,9 @@ TEST(PointToPoint, RefusesBadArgumentsWithOneLine) {
     expect_refusal([&] { comm->isend(torch::zeros({2}), rank, 0); }, "is not another rank of group 'args'");
     expect_refusal([&] { comm->isend(torch::zeros({2}), 2, 0); }, "peer 2 is not another rank");
     expect_refusal([&] { comm->irecv(torch::zeros({2}), 1 - rank, -1); }, "tag -1 on group 'args' is negative");
+    // Nothing above crossed the wire, so without this a rank could close its end while the other
+    // was still finishing Gloo's connection handshake, which fails that rank's group creation.
+    comm->barrier();
   });
   EXPECT_EQ(testing::rank_errors(errors), "");
 }

@@ -8,7 +8,8 @@
 //   dist_optim     w1 owned by worker1, w2 by worker0: 3 steps of DistributedOptimizer("adamw"),
 //                  clipped by the global norm (grad_sq_norm across owners), equal 3 steps of one
 //                  local train::AdamW bitwise: clip factors, losses and parameters; a failure on
-//                  one owner surfaces at step() naming it.
+//                  one owner surfaces at step() naming it; two optimizers stepping one shared
+//                  parameter from two threads at once lose no update.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -56,6 +57,7 @@ void register_autograd_functions() {
     return result;
   });
   rpc::register_function("make_param", [](const at::Tensor& init) { return init.clone().requires_grad_(); });
+  rpc::register_function("sum_rref", [](const rpc::RRef& w) { return w.local_value().toTensor().sum(); });
 }
 
 namespace {
@@ -94,6 +96,41 @@ void gradients_match_local(bool via_remote) {
   check_equal(grads.at(w1), w1_ref.grad(), how + ": grad of w1 (through worker1)");
   check_equal(grads.at(w2), w2_ref.grad(), how + ": grad of w2");
   check(!w1.grad().defined() && !w2.grad().defined(), how + ": .grad() stays undefined");
+}
+
+// Two trainers' optimizers over one parameter on worker1 (the PS's shared embedding), stepping
+// from two threads at once: d(sum w)/dw = 1 and SGD with lr 1 subtracts exactly 1 per step, so
+// after 2 x kSteps steps every element is its start minus 2 kSteps, exact in fp32 whatever the
+// order. Two in-place updates interleaving on the owner (a lock per optimizer instead of one for
+// the process) lose parts of one and leave elements too high. The tensor is large (16 MiB) so a
+// step takes milliseconds and the steps overlap.
+void shared_parameter_loses_no_update() {
+  constexpr int kSteps = 20;
+  const auto init = at::arange(1 << 22, at::kFloat).remainder(1000);
+  rpc::RRef shared = rpc::remote("worker1", "make_param", init);
+  std::vector<std::string> failures(2);
+  std::vector<std::thread> trainers;
+  for (size_t t = 0; t < 2; ++t) {
+    trainers.emplace_back([&, t] {
+      try {
+        rpc::DistributedOptimizer optimizer("sgd", {shared});
+        for (int step = 0; step < kSteps; ++step) {
+          dist_autograd::Context ctx;
+          auto loss = rpc::rpc_sync("worker1", "sum_rref", shared).toTensor();
+          dist_autograd::backward(ctx, {loss});
+          optimizer.step(ctx, 1.0);
+        }
+      } catch (const std::exception& e) {
+        failures[t] = e.what();
+      }
+    });
+  }
+  for (auto& thread : trainers) thread.join();
+  check(failures[0].empty() && failures[1].empty(), "concurrent steps: " + failures[0] + failures[1]);
+  const auto got = shared.to_here_as<at::Tensor>();
+  const auto lost = (got - (init - 2 * kSteps)).abs().gt(0).sum().item<int64_t>();
+  check(lost == 0, fmt::format("two optimizers stepping one parameter at once: {} of {} elements lost an update", lost,
+                               got.numel()));
 }
 
 }  // namespace
@@ -237,6 +274,7 @@ void run_dist_optim(const Worker& w, rpc::RpcOptions& options) {
                                    "rpc: DistributedOptimizer::load_state_dict got 1 parameter states for its 2 parameters",
                                    true, "load_state_dict of the wrong count");
   optimizer.load_state_dict(state);
+  shared_parameter_loses_no_update();
 }
 
 }  // namespace rpc_test

@@ -59,8 +59,11 @@ class LocalOptimizer : public torch::CustomClassHolder {
 
   void step(int64_t context_id, double lr, double grad_scale) {
     auto grads = dist_autograd::get_gradients(context_id);
-    // Steps from several trainers' contexts may arrive at once (PyTorch's global lock does the same).
-    std::lock_guard<std::mutex> lock(mutex_);
+    // Steps from several trainers' contexts may arrive at once, and each trainer's optimizer on
+    // this owner updates the same tensors in place (the PS's shared embedding): one lock for every
+    // optimizer in the process, as PyTorch's _LocalOptimizer has, serialises them. A lock per
+    // optimizer let two AdamW steps interleave on one tensor and lose parts of an update.
+    std::lock_guard<std::mutex> lock(step_mutex());
     torch::NoGradGuard no_grad;
     for (auto& p : params_) {
       if (!grads.contains(p)) continue;
@@ -79,11 +82,11 @@ class LocalOptimizer : public torch::CustomClassHolder {
 
   // AdamW's keys for the owner's i-th parameter: state.param<i>.{exp_avg,exp_avg_sq,step}.
   StateDict state_dict() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> lock(step_mutex());
     return adamw_ ? adamw_->state_dict() : StateDict{};
   }
   void load_state_dict(const StateDict& state) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> lock(step_mutex());
     if (adamw_) adamw_->load_state_dict(state);
   }
 
@@ -97,7 +100,11 @@ class LocalOptimizer : public torch::CustomClassHolder {
   }
 
  private:
-  std::mutex mutex_;
+  static std::mutex& step_mutex() {
+    static std::mutex m;
+    return m;
+  }
+
   std::vector<at::Tensor> params_;
   std::unique_ptr<train::AdamW> adamw_;  // null for sgd
 };
