@@ -87,24 +87,26 @@ TEST(CliPs, GradientAccumulationMatchesOneBigBatch) {
 // clip_grad_norm multiplies by an fp32 tensor), so the updates differ in the last bits.
 // Measured over 15 steps: 1.1e-7 on the loss, 1.2e-7 on the grad norm (on the debug model, 5
 // steps: losses bitwise, norms 6e-7). Bound 1e-6 on the loss, 5e-6 on the norm: about 10x.
-TEST(CliPs, DistAutogradModeWithOneTrainerMatchesOneProcess) {
-  auto single = testing::run_tiny_job(1, concat(kFifteenSteps, {"--training.local_batch_size", "4"}));
+// `ctitan ps` on 2 processes (1 trainer) with `ps_args` against one process with `single_args`.
+void expect_dist_autograd_parity(const std::string& what, const std::vector<std::string>& ps_args,
+                                 const std::vector<std::string>& single_args) {
+  SCOPED_TRACE(what);
+  auto single = testing::run_tiny_job(1, concat(kFifteenSteps, single_args));
   TempDir dir;
   auto r = testing::run_ctitan(concat(concat(concat(launch(2), {"ps"}), testing::tiny_job_args(dir.path())),
-                                      concat(kFifteenSteps, {"--training.local_batch_size", "4", "--ps.mode",
-                                                             "dist_autograd"})),
+                                      concat(kFifteenSteps, concat(ps_args, {"--ps.mode", "dist_autograd"}))),
                                240);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto rows = testing::read_jsonl(dir.file("metrics.jsonl"));
   auto d = testing::compare_runs(single, rows, 15);
-  std::cout << "ps dist_autograd, 1 trainer vs 1 process, 15 fp32 steps: max relative difference loss " << d.loss
-            << ", grad_norm " << d.grad_norm << "\n";
+  std::cout << what << " vs 1 process, 15 fp32 steps: max relative difference loss " << d.loss << ", grad_norm "
+            << d.grad_norm << "\n";
   EXPECT_LT(d.loss, 1e-6);
   EXPECT_LT(d.grad_norm, 5e-6);
   EXPECT_EQ(r.output.find("rpc warning"), std::string::npos) << r.output;
   // The server wrote the rows, with the trainer's lookup latency and the lookup's bytes: per
-  // step (batch 4, seq 32, dim 64: tiny_job.h) 4 x 32 int64 ids out, and 4 x 32 x 64 fp32
-  // vectors back and their gradient out.
+  // step (4 rows in both cases, seq 32, dim 64: tiny_job.h) 4 x 32 int64 ids out, and 4 x 32 x 64
+  // fp32 vectors back and their gradient out.
   ASSERT_EQ(rows.size(), 15u);
   const double lookup_bytes = 4 * 32 * 8 + 2.0 * 4 * 32 * 64 * 4;
   for (const auto& row : rows) {
@@ -112,6 +114,21 @@ TEST(CliPs, DistAutogradModeWithOneTrainerMatchesOneProcess) {
     EXPECT_GE(row["rpc_embed_latency_p99_s"].get<double>(), row["rpc_embed_latency_p50_s"].get<double>()) << row.dump();
     EXPECT_EQ(row["rpc_bytes_per_step"].get<double>(), lookup_bytes) << row.dump();
   }
+}
+
+TEST(CliPs, DistAutogradModeWithOneTrainerMatchesOneProcess) {
+  expect_dist_autograd_parity("ps dist_autograd, 1 trainer", {"--training.local_batch_size", "4"},
+                              {"--training.local_batch_size", "4"});
+}
+
+// Gradient accumulation in dist_autograd mode: 2 microbatches of 2, each in its own context, their
+// gradients summed on the owners (DistributedOptimizer::accumulate), each loss divided by the
+// step's 4 rows' tokens, against ctitan train accumulating the same 2 x 2. The additions are the
+// ones autograd makes into .grad, so the same bound holds; a microbatch averaged over its own
+// tokens, or a lost microbatch, moves the loss by percents.
+TEST(CliPs, DistAutogradGradientAccumulationMatchesOneProcess) {
+  const std::vector<std::string> accumulate = {"--training.local_batch_size", "2", "--training.global_batch_size", "4"};
+  expect_dist_autograd_parity("ps dist_autograd, 1 trainer x 2 microbatches x 2", accumulate, accumulate);
 }
 
 // Every step's loss and grad norm of `b` equal `a`'s within `tolerance` relative (0: bit for bit).

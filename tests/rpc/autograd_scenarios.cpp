@@ -8,7 +8,8 @@
 //   dist_optim     w1 owned by worker1, w2 by worker0: 3 steps of DistributedOptimizer("adamw"),
 //                  clipped by the global norm (grad_sq_norm across owners), equal 3 steps of one
 //                  local train::AdamW bitwise: clip factors, losses and parameters; a failure on
-//                  one owner surfaces at step() naming it; two optimizers stepping one shared
+//                  one owner surfaces at step() naming it; gradients of two contexts
+//                  accumulate()d equal two local backwards into .grad; two optimizers stepping one shared
 //                  parameter from two threads at once lose no update.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -274,6 +275,39 @@ void run_dist_optim(const Worker& w, rpc::RpcOptions& options) {
                                    "rpc: DistributedOptimizer::load_state_dict got 1 parameter states for its 2 parameters",
                                    true, "load_state_dict of the wrong count");
   optimizer.load_state_dict(state);
+
+  // Gradient accumulation across contexts: two microbatches, each in its own context and
+  // accumulate()d on the owners, then one clipped step over the sum, equal the local optimizer
+  // after two backwards into .grad (the same additions in the same order): norms and parameters
+  // bitwise, for 2 steps.
+  for (int step = 0; step < 2; ++step) {
+    for (int micro = 0; micro < 2; ++micro) {
+      const auto xm = x * (1.0 + 0.5 * micro);
+      dist_autograd::Context ctx;
+      auto h = rpc::rpc_sync("worker1", "tanh_mm_rref", xm, w1).toTensor();
+      dist_autograd::backward(ctx, {h.mm(w2.local_value().toTensor()).sum()});
+      optimizer.accumulate(ctx);
+      at::tanh(xm.mm(w1_ref)).mm(w2_ref).sum().backward();
+    }
+    const double norm_sq = optimizer.grad_sq_norm();
+    const double norm_sq_ref = 0.0 + sq(w2_ref.grad()) + sq(w1_ref.grad());
+    check(norm_sq == norm_sq_ref, fmt::format("accumulated step {}: squared norm {} (reference {})", step, norm_sq,
+                                              norm_sq_ref));
+    const double scale = std::min(1.0, max_norm / (std::sqrt(norm_sq) + 1e-6));
+    optimizer.step(lr, scale);
+    {
+      torch::NoGradGuard no_grad;
+      w1_ref.mutable_grad() = w1_ref.grad() * scale;
+      w2_ref.mutable_grad() = w2_ref.grad() * scale;
+    }
+    reference.step(lr);
+    reference.zero_grad();
+  }
+  check_equal(w1.to_here_as<at::Tensor>(), w1_ref.detach(), "w1 after 2 accumulated steps");
+  check_equal(w2.local_value().toTensor().detach(), w2_ref.detach(), "w2 after 2 accumulated steps");
+  // The step cleared the sum: a norm now, before any accumulate(), is 0.
+  check(optimizer.grad_sq_norm() == 0, "the accumulated gradients are cleared by the step");
+
   shared_parameter_loses_no_update();
 }
 

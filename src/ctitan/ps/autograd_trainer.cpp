@@ -86,7 +86,7 @@ void AutogradTrainer::run_steps() {
       const auto start = std::chrono::steady_clock::now();
       auto vectors = rpc::rpc_sync(server_name(), "ps.embed", weight, tokens).toTensor();  // (B, T, dim)
       lookup_latency_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      lookup_bytes = int64_t(tokens.nbytes() + 2 * vectors.nbytes());
+      lookup_bytes += int64_t(tokens.nbytes() + 2 * vectors.nbytes());  // over the step's microbatches
       return vectors;
     });
     std::vector<rpc::RRef> params{weight};
@@ -112,22 +112,35 @@ void AutogradTrainer::run_steps() {
     // The server fails a round first (ps.round_timeout_seconds, naming who is missing); this bound
     // only ends a trainer whose server stopped answering without dying.
     const rpc::CallOptions report_options{.timeout_seconds = 2 * config_.ps.round_timeout_seconds + 60};
+    const int64_t microbatches = microbatches_per_step(config_, layout_.trainers());
     for (++step; step <= t.steps; ++step) {
-      auto batch = loader_->next();  // inputs, labels: (B, T) int64
-      dist_autograd::Context context;
-      torch::Tensor summed;
-      {
-        train::AutocastGuard autocast(bf16_, torch::kCPU);
-        auto logits = model.forward(batch.inputs);  // (B, T, vocab)
-        summed = train::summed_cross_entropy(logits, batch.labels);
+      std::vector<data::Batch> batches;  // inputs, labels: (B, T) int64 each
+      int64_t tokens = 0;
+      for (int64_t i = 0; i < microbatches; ++i) {
+        batches.push_back(loader_->next());
+        tokens += train::count_valid_tokens(batches.back().labels).item<int64_t>();
       }
-      // This trainer's tokens only: each trainer steps on its own batch (with one trainer,
-      // exactly one process's loss).
-      const int64_t tokens = train::count_valid_tokens(batch.labels).item<int64_t>();
-      auto loss = summed / torch::tensor(float(std::max<int64_t>(tokens, 1)));
-      dist_autograd::backward(context, {loss});
+      // This trainer's tokens only: each trainer steps on its own batch (with one trainer, one
+      // process's token-weighted loss over the same global batch).
+      const auto denominator = torch::tensor(float(std::max<int64_t>(tokens, 1)));
+      auto summed = torch::zeros({}, torch::kFloat);  // summed token losses, read once at the report
+      lookup_bytes = 0;
+      for (const auto& batch : batches) {
+        // A context per microbatch, its gradients summed on the owners: a second forward in one
+        // context would not complete its backward (DistributedOptimizer::accumulate).
+        dist_autograd::Context context;
+        torch::Tensor loss;
+        {
+          train::AutocastGuard autocast(bf16_, torch::kCPU);
+          auto logits = model.forward(batch.inputs);  // (B, T, vocab)
+          loss = train::summed_cross_entropy(logits, batch.labels);
+        }
+        summed += loss.detach();
+        dist_autograd::backward(context, {loss / denominator});
+        optimizer_->accumulate(context);
+      }
       // The norm over both owners' gradients, then clip as train::clip_grad_norm does.
-      const double norm = std::sqrt(optimizer_->grad_sq_norm(context));
+      const double norm = std::sqrt(optimizer_->grad_sq_norm());
       if (!std::isfinite(norm)) {
         throw std::runtime_error(fmt::format("ps: step {}: the gradient norm is {} (a non-finite loss or gradient)",
                                              step, norm));
@@ -136,7 +149,7 @@ void AutogradTrainer::run_steps() {
       rpc::rpc_async(server_name(), "ps.ready", int64_t(layout_.rank), step, report_options).wait();
       const double max_norm = t.max_norm;
       const double scale = max_norm > 0 ? std::min(1.0, max_norm / (norm + 1e-6)) : 1.0;
-      optimizer_->step(context, lr_scheduler_->current_lr(), scale);
+      optimizer_->step(lr_scheduler_->current_lr(), scale);
       lr_scheduler_->step();
       // Waits for every trainer's report of this step (and the server's checkpoint, if due).
       rpc::rpc_async(server_name(), "ps.report", int64_t(layout_.rank), step, tokens, summed.item<double>(), norm,

@@ -53,7 +53,6 @@ PsLayout validate_ps_config(const config::JobConfig& config, int rank, int world
       throw ConfigError(fmt::format("{} is not supported by ps.mode dist_autograd (only by ps.mode gradients)", key));
     };
     if (config.validation.enable) not_in_mode("validation.enable");
-    if (config.training.global_batch_size > 0) not_in_mode("training.global_batch_size");
   }
   const auto& t = config.training;
   if (t.global_batch_size > 0 && t.global_batch_size % (t.local_batch_size * layout.trainers()) != 0) {

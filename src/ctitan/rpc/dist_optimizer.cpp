@@ -20,6 +20,10 @@ namespace {
 constexpr const char* kCreate = "ctitan.dist_optim.create";
 constexpr const char* kStep = "ctitan.dist_optim.step";
 constexpr const char* kGradSqNorm = "ctitan.dist_optim.grad_sq_norm";
+constexpr const char* kAccumulate = "ctitan.dist_optim.accumulate";
+// In place of a context id (upstream's ids are (worker id << 48) + n, never negative): the
+// gradients accumulate()d since the last step.
+constexpr int64_t kAccumulated = -1;
 constexpr const char* kStateDict = "ctitan.dist_optim.state_dict";
 constexpr const char* kLoadStateDict = "ctitan.dist_optim.load_state_dict";
 
@@ -57,17 +61,32 @@ class LocalOptimizer : public torch::CustomClassHolder {
     }
   }
 
-  void step(int64_t context_id, double lr, double grad_scale) {
+  // Adds the context's gradients into this optimizer's own sum, which outlives the context: a
+  // microbatch per context, since FAST-mode backward cannot run a second forward's graph in one
+  // (docs/RPC.md). The first is copied, the rest added in place, as autograd accumulates .grad.
+  void accumulate(int64_t context_id) {
     auto grads = dist_autograd::get_gradients(context_id);
+    std::lock_guard<std::mutex> lock(step_mutex());
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!grads.contains(params_[i])) continue;
+      const auto& g = grads.at(params_[i]);
+      accumulated_[i] = accumulated_[i].defined() ? accumulated_[i].add_(g) : g.clone();
+    }
+  }
+
+  void step(int64_t context_id, double lr, double grad_scale) {
+    auto grads = gradients(context_id);
     // Steps from several trainers' contexts may arrive at once, and each trainer's optimizer on
     // this owner updates the same tensors in place (the PS's shared embedding): one lock for every
     // optimizer in the process, as PyTorch's _LocalOptimizer has, serialises them. A lock per
     // optimizer let two AdamW steps interleave on one tensor and lose parts of an update.
     std::lock_guard<std::mutex> lock(step_mutex());
     torch::NoGradGuard no_grad;
-    for (auto& p : params_) {
-      if (!grads.contains(p)) continue;
-      at::Tensor grad = grad_scale == 1.0 ? grads.at(p) : grads.at(p) * grad_scale;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto& p = params_[i];
+      if (!grads[i].defined()) continue;
+      at::Tensor grad = grad_scale == 1.0 ? grads[i] : grads[i] * grad_scale;
       if (adamw_) {
         p.mutable_grad() = grad;
       } else {
@@ -78,6 +97,7 @@ class LocalOptimizer : public torch::CustomClassHolder {
       adamw_->step(lr);
       adamw_->zero_grad();
     }
+    if (context_id == kAccumulated) accumulated_.assign(params_.size(), at::Tensor());
   }
 
   // AdamW's keys for the owner's i-th parameter: state.param<i>.{exp_avg,exp_avg_sq,step}.
@@ -90,11 +110,10 @@ class LocalOptimizer : public torch::CustomClassHolder {
     if (adamw_) adamw_->load_state_dict(state);
   }
 
-  double grad_sq_norm(int64_t context_id) const {
-    auto grads = dist_autograd::get_gradients(context_id);
+  double grad_sq_norm(int64_t context_id) {
     double sum = 0;
-    for (const auto& p : params_) {
-      if (grads.contains(p)) sum += grads.at(p).to(at::kDouble).pow(2).sum().item<double>();
+    for (const auto& g : gradients(context_id)) {
+      if (g.defined()) sum += g.to(at::kDouble).pow(2).sum().item<double>();
     }
     return sum;
   }
@@ -105,7 +124,22 @@ class LocalOptimizer : public torch::CustomClassHolder {
     return m;
   }
 
+  // Each parameter's gradient (undefined: none) in the context, or in the accumulation.
+  std::vector<at::Tensor> gradients(int64_t context_id) {
+    if (context_id == kAccumulated) {
+      std::lock_guard<std::mutex> lock(step_mutex());
+      return accumulated_;
+    }
+    auto grads = dist_autograd::get_gradients(context_id);
+    std::vector<at::Tensor> out(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (grads.contains(params_[i])) out[i] = grads.at(params_[i]);
+    }
+    return out;
+  }
+
   std::vector<at::Tensor> params_;
+  std::vector<at::Tensor> accumulated_ = std::vector<at::Tensor>(params_.size());  // by parameter
   std::unique_ptr<train::AdamW> adamw_;  // null for sgd
 };
 
@@ -133,6 +167,9 @@ void register_builtin_functions() {
     });
     register_function(kGradSqNorm, [](const RRef& optimizer, int64_t context_id) {
       return optimizer.local_object<LocalOptimizer>()->grad_sq_norm(context_id);
+    });
+    register_function(kAccumulate, [](const RRef& optimizer, int64_t context_id) {
+      optimizer.local_object<LocalOptimizer>()->accumulate(context_id);
     });
     register_function(kStateDict, [](const RRef& optimizer) {
       return to_wire(optimizer.local_object<LocalOptimizer>()->state_dict());
@@ -187,17 +224,30 @@ std::vector<c10::IValue> DistributedOptimizer::on_every_owner(
   return results;
 }
 
-double DistributedOptimizer::grad_sq_norm(const dist_autograd::Context& context) {
+double DistributedOptimizer::grad_sq_norm(const dist_autograd::Context& context) { return grad_sq_norm(context.id()); }
+
+double DistributedOptimizer::grad_sq_norm() { return grad_sq_norm(kAccumulated); }
+
+double DistributedOptimizer::grad_sq_norm(int64_t id) {
   double sum = 0;
-  const int64_t id = context.id();
   for (const auto& partial : on_every_owner(kGradSqNorm, [&](size_t) { return std::vector<c10::IValue>{id}; })) {
     sum += partial.toDouble();
   }
   return sum;
 }
 
-void DistributedOptimizer::step(const dist_autograd::Context& context, double lr, double grad_scale) {
+void DistributedOptimizer::accumulate(const dist_autograd::Context& context) {
   const int64_t id = context.id();
+  on_every_owner(kAccumulate, [&](size_t) { return std::vector<c10::IValue>{id}; });
+}
+
+void DistributedOptimizer::step(const dist_autograd::Context& context, double lr, double grad_scale) {
+  step(context.id(), lr, grad_scale);
+}
+
+void DistributedOptimizer::step(double lr, double grad_scale) { step(kAccumulated, lr, grad_scale); }
+
+void DistributedOptimizer::step(int64_t id, double lr, double grad_scale) {
   on_every_owner(kStep, [&](size_t) { return std::vector<c10::IValue>{id, lr, grad_scale}; });
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // DistributedOptimizer (PyTorch's torch.distributed.optim.DistributedOptimizer): steps parameters
-// that live on several workers, from the gradients of one distributed autograd context.
+// that live on several workers, from the gradients of one distributed autograd context, or of
+// several accumulated on the owners (gradient accumulation).
 //
 //   rpc::DistributedOptimizer opt("adamw", {w1_rref, w2_rref}, {{"weight_decay", 0.0}});
 //   { rpc::dist_autograd::Context ctx; ...forward...; rpc::dist_autograd::backward(ctx, {loss});
@@ -40,6 +41,14 @@ class DistributedOptimizer {
   // gradient in the context is left alone. Failures on any owners become one RpcError naming each.
   void step(const dist_autograd::Context& context, double lr, double grad_scale = 1.0);
 
+  // Gradient accumulation: one context per microbatch, each accumulate()d into a sum on every
+  // owner, then the norm and one step over that sum (which the step clears). A second forward and
+  // backward in one context cannot do it: FAST-mode backward expects every send function the
+  // context recorded to take part, and the first forward's never do again (docs/RPC.md).
+  void accumulate(const dist_autograd::Context& context);
+  double grad_sq_norm();
+  void step(double lr, double grad_scale = 1.0);
+
   // Every parameter's optimizer state, fetched from its owner, in the order of the constructor's
   // `params`: "exp_avg", "exp_avg_sq" and "step" for adamw (train::AdamW's), nothing for sgd.
   // For checkpoints: PyTorch's DistributedOptimizer has none, which leaves a resumed run with
@@ -50,6 +59,8 @@ class DistributedOptimizer {
   void load_state_dict(const std::vector<StateDict>& state);
 
  private:
+  double grad_sq_norm(int64_t context_id);  // kAccumulated in the .cpp: the accumulated sum
+  void step(int64_t context_id, double lr, double grad_scale);
   // Sends `function(optimizer, args(owner index)...)` to every owner at once and waits for all.
   std::vector<c10::IValue> on_every_owner(const char* function,
                                           const std::function<std::vector<c10::IValue>(size_t)>& args);
