@@ -20,6 +20,7 @@
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/distributed/gloo_group.h"
 #include "ctitan/distributed/store.h"
+#include "ctitan/train/housekeeping.h"
 
 using namespace ctitan;
 using distributed::Communicator;
@@ -69,6 +70,9 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--min-kb")) min_bytes = int64_t(std::atof(argv[i + 1]) * (1 << 10));
   }
   try {
+    // As in a ctitan job (the trainer's Housekeeper sets it): freed blocks stay in the heap, so a
+    // collective's fresh receive buffer is not a fresh mapping each call. Both sides get it.
+    train::retain_freed_memory_between_housekeeping();
     int threads = configure_threads();
     auto env = distributed::read_dist_env();
     auto store = distributed::connect_store(env, std::chrono::seconds(60));

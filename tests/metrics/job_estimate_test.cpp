@@ -289,8 +289,8 @@ struct MeasuredCase {
   std::vector<std::string> overrides;
 };
 
-// The peak the counting allocator measured in step 2 (step 1 can be higher: FSDP's pooled
-// reduce-scatter buffer grows to its steady size during it), and the estimate of the same job.
+// The peak the counting allocator measured in step 2 (a steady step, which is what the estimate
+// models: the optimizer's moments exist from its start), and the estimate of the same job.
 TEST(CliEstimate, MatchesMeasuredMemoryOnCpu) {
   testing::TempDir dir;
   const std::string tokens = dir.file("tokens.bin");

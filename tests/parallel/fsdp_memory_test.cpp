@@ -141,10 +141,11 @@ TEST(FsdpMemory, ForwardHoldsOneGatherBufferBesideTheParametersInUse) {
 }
 
 // Backward, FSDP2's lifetimes: when a block's backward starts, FSDP holds that block's
-// parameters, the prefetch of the block before it and the reduce-scatter input of the group
-// after it (held by the collective until its wait), beside the collective's scratch, which
-// stays from step to step. Nothing else: not the gradients or parameters of the group after it,
-// nor this block's gather buffer. After the step only the scratch is left.
+// parameters, the prefetch of the block before it and the reduce-scatter of the group after it:
+// its input and Gloo's receive buffer (N chunks; with one rank, each the group's bytes), both
+// held by the collective until its wait and no longer. Nothing else: not the gradients or
+// parameters of the group after it, nor this block's gather buffer. After the step nothing is
+// left: no buffer is kept for the next step.
 // The most FSDP holds at once is a group's parameters and their gradients beside those
 // neighbours' buffers, at the end of its backward: a group's parameters are freed before its
 // gradients are copied into the reduce-scatter input, so parameters, gradients and that copy are
@@ -161,7 +162,6 @@ TEST(FsdpMemory, BackwardFreesEachGroupAsSoonAsItsReductionIsIssued) {
   });
   const auto& b = run.group_bytes;
   const auto before = metrics::memory_stats();
-  int64_t scratch = 0;
   for (int step = 1; step <= 2; ++step) {
     SCOPED_TRACE(fmt::format("step {}", step));
     for (auto& [fqn, shard] : run.fsdp->sharded_parameters()) shard.mutable_grad() = torch::Tensor();
@@ -170,24 +170,21 @@ TEST(FsdpMemory, BackwardFreesEachGroupAsSoonAsItsReductionIsIssued) {
     const auto after = metrics::memory_stats();
     EXPECT_EQ(tagged(after, MemoryTag::kUnshardedParams), tagged(before, MemoryTag::kUnshardedParams));
     EXPECT_EQ(tagged(after, MemoryTag::kUnshardedGrads), tagged(before, MemoryTag::kUnshardedGrads));
-    // At most one reduce-scatter's scratch (the collective's pool), the largest group's.
-    scratch = tagged(after, MemoryTag::kCommBuffers) - tagged(before, MemoryTag::kCommBuffers);
-    EXPECT_LE(scratch, *std::max_element(b.begin(), b.end()));
+    EXPECT_EQ(tagged(after, MemoryTag::kCommBuffers), tagged(before, MemoryTag::kCommBuffers));
   }
-  // Step 2's (step 1 grew the scratch while it ran). Groups: 0 tok_embeddings, 1..3 the blocks, 4 the head.
-  const int64_t most = std::max({2 * b[4] + b[3],                                  // the head, prefetching layers.2
-                                 b[4] + 2 * b[3] + b[2], b[3] + 2 * b[2] + b[1],  // each block between
-                                 b[2] + 2 * b[1] + b[0],                          // its neighbours' buffers
-                                 b[1] + 2 * b[0]});                               // the embeddings
-  EXPECT_EQ(metrics::memory_stats().tagged_high_water_bytes - tagged_total(before), scratch + most);
+  // Step 2's. Groups: 0 tok_embeddings, 1..3 the blocks, 4 the head; each block between its
+  // neighbours' buffers (the prefetch before it, the reduction after it in flight).
+  const int64_t most = std::max({2 * b[4] + b[3],  // the head, prefetching layers.2
+                                 2 * b[4] + 2 * b[3] + b[2], 2 * b[3] + 2 * b[2] + b[1], 2 * b[2] + 2 * b[1] + b[0],
+                                 2 * b[1] + 2 * b[0]});  // the embeddings
+  EXPECT_EQ(metrics::memory_stats().tagged_high_water_bytes - tagged_total(before), most);
   for (size_t layer = 0; layer < at_backward.size(); ++layer) {
     SCOPED_TRACE(fmt::format("layers.{}", layer));
     const size_t i = layer + 1;  // its group
     const auto& s = at_backward[layer];
     EXPECT_EQ(tagged(s, MemoryTag::kUnshardedParams) - tagged(before, MemoryTag::kUnshardedParams), b[i]);
     EXPECT_EQ(tagged(s, MemoryTag::kUnshardedGrads) - tagged(before, MemoryTag::kUnshardedGrads), 0);
-    EXPECT_EQ(tagged(s, MemoryTag::kCommBuffers) - tagged(before, MemoryTag::kCommBuffers),
-              b[i - 1] + b[i + 1] + scratch);
+    EXPECT_EQ(tagged(s, MemoryTag::kCommBuffers) - tagged(before, MemoryTag::kCommBuffers), b[i - 1] + 2 * b[i + 1]);
   }
 }
 

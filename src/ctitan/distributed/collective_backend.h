@@ -32,7 +32,7 @@ struct BackendLaunch {
   // Every buffer the operations read or write, held until Work::wait() and no longer.
   std::vector<at::Tensor> held;
   // Runs once all `works` completed: copy-back from a wire buffer, a local reduction, AVG's
-  // division, returning a pooled buffer. Empty when there is nothing to do.
+  // division. Empty when there is nothing to do.
   std::function<void()> finish;
   // kStream: wait() makes the caller's current stream wait for the collective (c10d's
   // Work::wait() on NCCL) instead of blocking the host. See nccl_backend.h.

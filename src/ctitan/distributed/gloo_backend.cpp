@@ -15,25 +15,21 @@ GlooBackend::GlooBackend(c10::intrusive_ptr<c10d::Backend> group, int rank, int 
     : group_(std::move(group)), rank_(rank), size_(size) {}
 
 BackendLaunch GlooBackend::all_reduce(const at::Tensor& t, ReduceOp op) {
-  // 16-bit floats go as an fp32 copy (pooled: see scratch_pool.h), so the sum is accumulated in
-  // fp32 and rounded once; AVG is a sum divided after completion.
-  at::Tensor wire = !is_16bit_float(t.scalar_type())
-                        ? contiguous_wire(t)
-                        : scratch_->take(t.numel(), t.options().dtype(at::kFloat)).view(t.sizes()).copy_(t);
-  const bool pooled = wire.scalar_type() != t.scalar_type();
+  // 16-bit floats go as an fp32 copy, so the sum is accumulated in fp32 and rounded once; AVG is
+  // a sum divided after completion. The copy lives until the collective finishes, no longer.
+  at::Tensor wire = !is_16bit_float(t.scalar_type()) ? contiguous_wire(t) : t.to(at::kFloat, /*non_blocking=*/false,
+                                                                                 /*copy=*/false, at::MemoryFormat::Contiguous);
   BackendLaunch launch;
-  launch.held = {t};
-  if (!pooled) launch.held.push_back(wire);  // a pooled wire goes back to the pool, not to the caller
+  launch.held = {t, wire};
   c10d::AllreduceOptions options;
   options.reduceOp = op == ReduceOp::kMax ? to_c10d(op) : c10d::ReduceOp(c10d::ReduceOp::SUM);
   std::vector<at::Tensor> wires{wire};
   launch.works = just(group_->allreduce(wires, options));
   const int64_t divisor = op == ReduceOp::kAvg ? size_ : 1;
   if (divisor > 1 || !wire.is_same(t)) {
-    launch.finish = [t, wire, divisor, pooled, pool = scratch_]() mutable {
+    launch.finish = [t, wire, divisor]() mutable {
       if (divisor > 1) wire.div_(divisor);
       if (!wire.is_same(t)) t.copy_(wire);
-      if (pooled) pool->give_back(wire);
     };
   }
   return launch;
@@ -100,18 +96,22 @@ BackendLaunch GlooBackend::all_gather_into_tensor(const at::Tensor& output, cons
 // rank r sends chunk j of its input to rank j and receives chunk r from every rank, then sums
 // the N received chunks locally. Each rank sends and receives (N-1) * n elements, i.e. (N-1)/N
 // of the buffer, the same as a ring reduce-scatter, with all N-1 transfers in flight at once.
-// Cost: a receive buffer of N * n elements (pooled) and one local pass over it. 16-bit floats
+// Cost: a receive buffer of N * n elements, alive until the collective finishes, and one local
+// pass over it. 16-bit floats
 // travel as raw bits and are summed in fp32, rounded once into the output.
 BackendLaunch GlooBackend::reduce_scatter_tensor(const at::Tensor& output, const at::Tensor& input, ReduceOp op) {
   const int64_t n = output.numel();
   auto in_flat = input.contiguous().view({-1});
   BackendLaunch launch;
   launch.held = {output, input, in_flat};
-  // (N * n): chunk j as received from rank j. From the pool: see scratch_pool.h.
-  auto received = scratch_->take(size_ * n, in_flat.options());
-  launch.finish = [output = at::Tensor(output), received, op, N = size_, n, pool = scratch_]() mutable {
+  // (N * n): chunk j as received from rank j. Held until wait(), like every buffer of a launch,
+  // and no longer: a fresh block per call. The trainer's heap policy (train/housekeeping.cpp)
+  // keeps freed blocks in the heap, so taking one again costs no page faults; a pool here used to
+  // keep one idle between steps instead.
+  auto received = at::empty({size_ * n}, in_flat.options());
+  launch.held.push_back(received);
+  launch.finish = [output = at::Tensor(output), received, op, N = size_, n]() mutable {
     reduce_received_chunks(received.view({N, n}), op == ReduceOp::kMax, op == ReduceOp::kAvg ? N : 1, output);
-    pool->give_back(received);
   };
   std::vector<int64_t> equal_splits;  // empty: N equal chunks
   auto recv_bits = bits_view(received), send_bits = bits_view(in_flat);

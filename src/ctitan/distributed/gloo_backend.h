@@ -8,7 +8,6 @@
 #include <string>
 
 #include "ctitan/distributed/collective_backend.h"
-#include "ctitan/distributed/scratch_pool.h"
 
 namespace ctitan::distributed {
 
@@ -35,7 +34,6 @@ class GlooBackend final : public CollectiveBackend {
   c10::intrusive_ptr<c10d::Backend> group_;
   int rank_;
   int size_;
-  std::shared_ptr<ScratchPool> scratch_ = std::make_shared<ScratchPool>();
 };
 
 }  // namespace ctitan::distributed

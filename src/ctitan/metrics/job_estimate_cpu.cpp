@@ -89,21 +89,10 @@ class CtitanCpuWalk {
     L_.add(kOther, 2 * std::max(m.max_seq_len, job_.seq_len) * (m.head_dim() / 2) * 4);
     // The global batch, loaded before the step: inputs and labels, int64, per microbatch.
     L_.add(kOther, job_.grad_accum_steps * 2 * n_ * 8);
-    int64_t shard_numel = 0, max_reduce = 0, max_shard = 0;
-    for (const auto& g : groups_) {
-      shard_numel += g.shard;
-      max_reduce = std::max(max_reduce, shards_ * g.shard * rd_);
-      max_shard = std::max(max_shard, g.shard);
-    }
+    int64_t shard_numel = 0;
+    for (const auto& g : groups_) shard_numel += g.shard;
     L_.add(kParams, 4 * shard_numel);  // fp32 master weights: FSDP's flat shards, or the whole model
     L_.add(kOptim, 8 * shard_numel);   // AdamW's exp_avg and exp_avg_sq, one fp32 each per element
-    if (fsdp_) {
-      // The reduce-scatter's receive buffer comes from a pool that keeps the largest one given
-      // back (distributed/scratch_pool.h): from the second step on it is allocated throughout.
-      L_.add(kComm, max_reduce);
-      // HSDP with a bf16 reduction: the replica all-reduce sends bf16 as a pooled fp32 wire.
-      if (job_.degrees.dp_replicate > 1 && rd_ == 2) L_.add(kComm, max_shard * 4);
-    }
     // DDP: one persistent fp32 flat buffer per bucket, together a copy of every parameter.
     if (ddp_) L_.add(kComm, 4 * shard_numel);
   }
@@ -160,7 +149,8 @@ class CtitanCpuWalk {
       L_.move(kComm, kGrads, buffer);  // kept, unreduced, for the next microbatch
     }
     if (sync) {
-      L_.add(kComm, g.shard * rd_);  // this rank's reduced shard; the receive buffer is the pool's
+      L_.add(kComm, g.shard * rd_);             // this rank's reduced shard
+      L_.add(kComm, shards_ * g.shard * rd_);  // Gloo's receive buffer (N chunks), held until wait()
       pending_ = i;
     }
   }
@@ -174,7 +164,13 @@ class CtitanCpuWalk {
       L_.add(kComm, shards_ * g.shard * 4 + g.shard * 4);
       L_.free(kComm, shards_ * g.shard * 4 + g.shard * 4);
     }
-    L_.free(kComm, shards_ * g.shard * rd_);  // the reduce-scatter's input, released by wait()
+    L_.free(kComm, 2 * shards_ * g.shard * rd_);  // the reduce-scatter's input and receive buffer, released by wait()
+    // HSDP: the replicas then all-reduce the reduced shard; a bf16 one goes as an fp32 copy,
+    // alive for that call.
+    if (job_.degrees.dp_replicate > 1 && rd_ == 2) {
+      L_.add(kComm, g.shard * 4);
+      L_.free(kComm, g.shard * 4);
+    }
     if (rd_ == 4) {
       L_.move(kComm, kGrads, g.shard * 4);    // the sharded .grad are views of the reduced shard
     } else {
