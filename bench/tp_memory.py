@@ -19,7 +19,7 @@ activations and whatever else is live at the peak.
 
 "fsdp" is measured at the moment of the peak, not estimated: FSDP tags what it holds only for a
 while (gathered parameters, their gradients until copied for reduction, all-gather and
-reduce-scatter buffers and the collective's pooled scratch; metrics/memory_tracker.h), and the
+reduce-scatter buffers, each held until its wait; metrics/memory_tracker.h), and the
 counting allocator copies the tagged counters whenever it records a new peak; metrics.jsonl
 reports them (memory_peak_fsdp_{params,grads,comm}_bytes) beside memory_peak_bytes. "activ" = peak - model state - fsdp: the activations at the peak (the autograd graph's
 saved tensors and backward's temporaries). TP's collectives run inside the call, and what they
