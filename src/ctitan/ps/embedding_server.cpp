@@ -131,6 +131,21 @@ void EmbeddingServer::resume() {
   spdlog::info("ps: resumed at step {}", step_);
 }
 
+void EmbeddingServer::validate() {
+  // Trainer 1's model, the one its checkpoints save under ctitan train's keys: its own parameters
+  // (fetched while it waits in its report, after every trainer's update of this step) around this
+  // server's embedding. The server's copies of those parameters serve nothing else.
+  auto [model, optimizer, lr] = rpc::rpc_async(trainer_name(1), "ps.trainer_state").value_as<TrainerStateWire>();
+  const auto params = rpc::from_wire(model);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [fqn, p] : model_.named_params) {
+      if (fqn != kEmbedding) p.copy_(require_state(params, fqn));
+    }
+  }
+  run_validation(config_, layout_, model_, *metrics_, step_);
+}
+
 void EmbeddingServer::run() {
   auto holds = watch_trainers({backward_done_, round_}, layout_.trainers());
   const auto& t = config_.training;
@@ -160,6 +175,7 @@ void EmbeddingServer::run() {
       metrics_->log(step_, loss, max_loss, torch::tensor(grad_norm, torch::kDouble),
                     config_.optimizer.lr * schedule_->factor(step_ - 1), {{model_.model->tok_embeddings->weight}, {}});
     }
+    if (config_.validation.enable && (step_ % config_.validation.freq == 0 || step_ == t.steps)) validate();
     // While the trainers wait: a checkpoint of this step sees them all after it.
     const bool stop = checkpointer_->after_step(step_, step_ == t.steps, [this] { return state_dicts(); }, {});
     round_->finish(torch::zeros({0}));

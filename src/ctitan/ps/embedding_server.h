@@ -69,6 +69,8 @@ class EmbeddingServer {
   std::map<std::string, StateDict> state_dicts() const;
   // Loads the newest checkpoint, if any, into the embedding and trainer_states_.
   void resume();
+  // Validation of trainer 1's model (run_validation), while every trainer waits in its report.
+  void validate();
 
   config::JobConfig config_;
   PsLayout layout_;

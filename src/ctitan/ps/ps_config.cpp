@@ -48,12 +48,6 @@ PsLayout validate_ps_config(const config::JobConfig& config, int rank, int world
                       "resumes from it (checkpoint.initial_load_path)");
   }
   if (config.profiling.enable_profiling) refuse("profiling.enable_profiling", "true");
-  if (ps.mode == "dist_autograd") {
-    auto not_in_mode = [](const std::string& key) {
-      throw ConfigError(fmt::format("{} is not supported by ps.mode dist_autograd (only by ps.mode gradients)", key));
-    };
-    if (config.validation.enable) not_in_mode("validation.enable");
-  }
   const auto& t = config.training;
   if (t.global_batch_size > 0 && t.global_batch_size % (t.local_batch_size * layout.trainers()) != 0) {
     throw ConfigError(fmt::format("training.global_batch_size {} is not divisible by local_batch_size {} x {} "

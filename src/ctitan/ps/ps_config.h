@@ -18,7 +18,7 @@ struct PsLayout {
 // One ConfigError line naming the key for: an unknown ps.mode, a world of fewer than 2 processes,
 // ps.batch_size other than -1 or the trainer count, the training features ps does not run
 // (parallelism degrees, pipeline, a seed checkpoint, activation checkpointing, profiling,
-// gradient accumulation that does not divide), and under dist_autograd validation.
+// gradient accumulation that does not divide).
 PsLayout validate_ps_config(const config::JobConfig& config, int rank, int world_size);
 
 // RPC worker names: "ps" and "trainer<rank>".

@@ -5,14 +5,11 @@
 
 #include <cmath>
 
-#include "ctitan/data/packed_loader.h"
 #include "ctitan/ps/flat_params.h"
 #include "ctitan/ps/server_parts.h"
 #include "ctitan/rpc/state_dict_wire.h"
 #include "ctitan/rpc/api.h"
-#include "ctitan/train/autocast.h"
 #include "ctitan/train/grad_clip.h"
-#include "ctitan/train/loss.h"
 
 namespace ctitan::ps {
 
@@ -144,26 +141,7 @@ void ParameterServer::load_state_dicts(const std::map<std::string, StateDict>& s
   spdlog::info("ps: resumed at step {}", step_);
 }
 
-void ParameterServer::validate() {
-  torch::NoGradGuard no_grad;
-  const auto& v = config_.validation;
-  const auto& t = config_.training;
-  const std::string path = v.dataset_path.empty() ? t.dataset_path : v.dataset_path;
-  data::PackedLoader loader(data::open_token_stream(path, v.dataset.empty() ? t.dataset : v.dataset, model_.tokenizer,
-                                                    "validation.dataset_path"),
-                            t.seq_len, t.local_batch_size * layout_.trainers(),
-                            fmt::format("validation.dataset_path '{}'", path), 0, 1, model_.args.vocab_size);
-  double loss_sum = 0;
-  int64_t tokens = 0;
-  for (int64_t i = 0; i < v.steps; ++i) {
-    auto batch = loader.next();  // inputs, labels: (trainers x B, T)
-    train::AutocastGuard autocast(config_.training.mixed_precision_param == torch::kBFloat16, torch::kCPU);
-    auto logits = model_.model->forward(batch.inputs);  // (trainers x B, T, vocab)
-    loss_sum += train::summed_cross_entropy(logits, batch.labels).item<double>();
-    tokens += train::count_valid_tokens(batch.labels).item<int64_t>();
-  }
-  metrics_->log_validation(step_, loss_sum / double(std::max<int64_t>(tokens, 1)), tokens);
-}
+void ParameterServer::validate() { run_validation(config_, layout_, model_, *metrics_, step_); }
 
 void ParameterServer::log_step(const std::vector<Push>& pushes, const torch::Tensor& grad_norm) {
   auto [loss, max_loss] = round_losses(pushes);

@@ -28,6 +28,13 @@ std::unique_ptr<metrics::MetricsProcessor> make_server_metrics(const config::Job
 // completes it; a death fails `rounds` with one line naming the trainer.
 std::vector<rpc::Future> watch_trainers(const std::vector<std::shared_ptr<GradientRound>>& rounds, int trainers);
 
+// Validation as `ctitan train` runs it on one process whose batch is every trainer's:
+// validation.steps batches of local_batch_size x trainers rows from the validation set's start,
+// forward only, the token-weighted mean loss logged for `step` (metrics.jsonl, console line,
+// TensorBoard). `model` is the whole model to evaluate.
+void run_validation(const config::JobConfig& config, PsLayout layout, SeededModel& model,
+                    metrics::MetricsProcessor& metrics, int64_t step);
+
 // The round's mean token loss and the largest trainer's, for MetricsProcessor::log.
 std::pair<torch::Tensor, torch::Tensor> round_losses(const std::vector<Push>& pushes);
 
