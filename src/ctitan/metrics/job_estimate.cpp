@@ -156,7 +156,7 @@ void validate_job(const JobShape& job, const HardwareProfile& hw) {
           "--hardware: memory, peak FLOP/s, bandwidths and --gpus-per-node must all be positive");
   if (!hw.is_gpu) {
     // ctitan on a CPU: what it can run, nothing else.
-    require(g.tp == 1 && g.pp == 1, "--tp and --pp: the CPU walk follows ctitan's step without TP (built, not modelled here) or PP (not built); estimate them with a GPU --hardware");
+    require(g.tp == 1 && g.pp == 1, "--tp and --pp: the CPU walk follows ctitan's step without TP or PP (both built, neither modelled here); estimate them with a GPU --hardware");
     require(job.ac == ActivationCheckpoint::kNone && !job.float8 && !job.compile && !job.async_tp,
             "--ac, --float8, --compile and --async-tp model torchtitan on a GPU; the CPU walk follows ctitan's step "
             "without activation checkpointing (ctitan's block checkpointing is not modelled yet), float8 or compile");
