@@ -16,9 +16,10 @@ GlooBackend::GlooBackend(c10::intrusive_ptr<c10d::Backend> group, int rank, int 
 
 BackendLaunch GlooBackend::all_reduce(const at::Tensor& t, ReduceOp op) {
   // 16-bit floats go as an fp32 copy, so the sum is accumulated in fp32 and rounded once; AVG is
-  // a sum divided after completion. The copy lives until the collective finishes, no longer.
-  at::Tensor wire = !is_16bit_float(t.scalar_type()) ? contiguous_wire(t) : t.to(at::kFloat, /*non_blocking=*/false,
-                                                                                 /*copy=*/false, at::MemoryFormat::Contiguous);
+  // a sum divided after completion. The copy is held until wait(), no longer.
+  at::Tensor wire = is_16bit_float(t.scalar_type())
+                        ? t.to(at::kFloat, /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous)
+                        : contiguous_wire(t);
   BackendLaunch launch;
   launch.held = {t, wire};
   c10d::AllreduceOptions options;
@@ -96,9 +97,8 @@ BackendLaunch GlooBackend::all_gather_into_tensor(const at::Tensor& output, cons
 // rank r sends chunk j of its input to rank j and receives chunk r from every rank, then sums
 // the N received chunks locally. Each rank sends and receives (N-1) * n elements, i.e. (N-1)/N
 // of the buffer, the same as a ring reduce-scatter, with all N-1 transfers in flight at once.
-// Cost: a receive buffer of N * n elements, alive until the collective finishes, and one local
-// pass over it. 16-bit floats
-// travel as raw bits and are summed in fp32, rounded once into the output.
+// Cost: a receive buffer of N * n elements, held until wait(), and one local pass over it.
+// 16-bit floats travel as raw bits and are summed in fp32, rounded once into the output.
 BackendLaunch GlooBackend::reduce_scatter_tensor(const at::Tensor& output, const at::Tensor& input, ReduceOp op) {
   const int64_t n = output.numel();
   auto in_flat = input.contiguous().view({-1});
