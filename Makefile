@@ -2,7 +2,7 @@
 BUILD_DIR ?= build
 JOBS ?= 2
 
-.PHONY: deps build demo test test-all test-asan bench fuzz fuzz-smoke clean
+.PHONY: deps configure build build-all build-tests build-bench demo test test-all test-asan bench fuzz fuzz-smoke clean
 
 # Debian packages, then the venv with the pinned torch (libtorch) and Python reference libraries.
 deps:
@@ -15,9 +15,16 @@ deps:
 # the precompiled header's flags and recompiles the whole tree (half an hour here); Ninja compiles
 # only the new file. A directory configured earlier keeps its generator.
 NEW_DIR_GENERATOR = $(if $(wildcard $(1)/CMakeCache.txt),,$(if $(shell command -v ninja),-G Ninja))
-build: deps
+configure: deps
 	@cmake -S . -B $(BUILD_DIR) $(call NEW_DIR_GENERATOR,$(BUILD_DIR)) -DCMAKE_BUILD_TYPE=Release \
 	  -DCTITAN_PYTHON=$$(scripts/setup_venv.sh)/bin/python $(if $(CMAKE_PREFIX_PATH),-DCMAKE_PREFIX_PATH=$(CMAKE_PREFIX_PATH)) > /dev/null
+
+# The library, the ctitan binary and the demo tokenizer: what `make demo` needs, nothing more.
+# Tests and benchmarks build under `make test` and `make bench`; `make build-all` builds everything.
+build: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target ctitan demo_assets
+
+build-all: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
 # bf16 needs AVX-512 for libtorch's fast CPU GEMMs; without it the demo trains in fp32 and says so.
@@ -31,7 +38,11 @@ demo: build
 	  --training.mixed_precision_param $(DEMO_DTYPE)
 
 # The default suite: unit and integration tests. Long runs live in `make bench`.
-test: build
+# The suite's binaries: ctitan_tests (its add_dependencies bring ctitan and the test workers).
+build-tests: build
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target ctitan_tests
+
+test: build-tests
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -L 'unit|integration'
 
 # The unit and integration tests under AddressSanitizer, LeakSanitizer and UBSan, in a build of its
@@ -67,7 +78,11 @@ test-asan: deps
 	    echo "test-asan: sanitizer reports in $(SANITIZER_LOGS)" >&2; exit 1; fi; \
 	  exit $$status
 
-bench: build
+BENCH_TARGETS = train_throughput kernel_bench checkpoint_bench collectives rpc_bench
+build-bench: build
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target $(BENCH_TARGETS)
+
+bench: build-bench
 	cd $(BUILD_DIR) && bin/train_throughput
 	cd $(BUILD_DIR) && bin/kernel_bench
 	cd $(BUILD_DIR) && bin/checkpoint_bench

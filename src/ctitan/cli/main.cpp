@@ -9,11 +9,12 @@
 #include "ctitan/cli/commands.h"
 #include "ctitan/common/build_info.h"
 #include "ctitan/common/error.h"
+#include "ctitan/common/message_text.h"
 #include "ctitan/train/housekeeping.h"
 
 namespace {
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+using ctitan::first_line;
 
 // The deepest subcommand the parse reached, e.g. "checkpoint export", or "" at the top level.
 std::string command_path(const CLI::App& app) {

@@ -27,4 +27,8 @@ inline std::string one_line(std::string_view text) {
   return out;
 }
 
+// The first line of `text` (all of it when it has no newline): an upstream exception's message
+// often carries a backtrace after its first line.
+inline std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
 }  // namespace ctitan

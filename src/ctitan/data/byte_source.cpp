@@ -17,18 +17,18 @@ namespace {
 
 constexpr size_t kBufferBytes = size_t(1) << 20;
 
-[[noreturn]] void fail(const fs::path& file, const std::string& what) {
+[[noreturn]] void fail_dataset(const fs::path& file, const std::string& what) {
   throw InputError(fmt::format("dataset error: {}: {}", file.string(), what));
 }
 
 class PlainSource : public ByteSource {
  public:
   explicit PlainSource(const fs::path& file) : file_(file), in_(file, std::ios::binary) {
-    if (!in_) fail(file_, fmt::format("cannot open: {}", std::strerror(errno)));
+    if (!in_) fail_dataset(file_, fmt::format("cannot open: {}", std::strerror(errno)));
   }
   size_t read(char* buffer, size_t n) override {
     in_.read(buffer, std::streamsize(n));
-    if (in_.bad()) fail(file_, "read error");
+    if (in_.bad()) fail_dataset(file_, "read error");
     return size_t(in_.gcount());
   }
 
@@ -42,7 +42,7 @@ class GzipSource : public ByteSource {
  public:
   explicit GzipSource(const fs::path& file) : file_(file) {
     gz_ = gzopen(file.c_str(), "rb");
-    if (gz_ == nullptr) fail(file_, fmt::format("cannot open: {}", std::strerror(errno)));
+    if (gz_ == nullptr) fail_dataset(file_, fmt::format("cannot open: {}", std::strerror(errno)));
     gzbuffer(gz_, kBufferBytes);
   }
   ~GzipSource() override { gzclose(gz_); }
@@ -51,13 +51,13 @@ class GzipSource : public ByteSource {
     // gzread passes a file that is not gzip through unchanged; a .gz name promises gzip.
     if (!checked_format_) {
       checked_format_ = true;
-      if (got > 0 && gzdirect(gz_)) fail(file_, "not gzip data (the .gz name promises gzip)");
+      if (got > 0 && gzdirect(gz_)) fail_dataset(file_, "not gzip data (the .gz name promises gzip)");
     }
     int code = Z_OK;
     const char* message = gzerror(gz_, &code);
-    if (got < 0 || (code != Z_OK && code != Z_BUF_ERROR)) fail(file_, fmt::format("corrupt gzip data: {}", message));
+    if (got < 0 || (code != Z_OK && code != Z_BUF_ERROR)) fail_dataset(file_, fmt::format("corrupt gzip data: {}", message));
     // zlib reports a member cut short only here: end of data with Z_BUF_ERROR pending.
-    if (got == 0 && code == Z_BUF_ERROR) fail(file_, "truncated gzip data");
+    if (got == 0 && code == Z_BUF_ERROR) fail_dataset(file_, "truncated gzip data");
     return size_t(got);
   }
 
@@ -85,12 +85,12 @@ class ZstdSource : public ByteSource {
         in_ = {in_buffer_.data(), raw_.read(in_buffer_.data(), in_buffer_.size()), 0};
         if (in_.size == 0) {
           // A frame left open at the end of the file means the file was cut short.
-          if (!frame_complete_) fail(file_, "truncated zstd data");
+          if (!frame_complete_) fail_dataset(file_, "truncated zstd data");
           return 0;
         }
       }
       size_t result = ZSTD_decompressStream(stream_, &out, &in_);
-      if (ZSTD_isError(result)) fail(file_, fmt::format("corrupt zstd data: {}", ZSTD_getErrorName(result)));
+      if (ZSTD_isError(result)) fail_dataset(file_, fmt::format("corrupt zstd data: {}", ZSTD_getErrorName(result)));
       frame_complete_ = result == 0;
     }
     return out.pos;

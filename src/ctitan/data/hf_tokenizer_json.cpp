@@ -23,15 +23,15 @@ namespace {
 const char* const kGpt2SplitPattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 // `what` may quote the file's keys and tokens: one_line keeps the message on one line.
-[[noreturn]] void fail(const fs::path& file, const std::string& what) {
+[[noreturn]] void fail_tokenizer_json(const fs::path& file, const std::string& what) {
   throw InputError(fmt::format("tokenizer error: {}: {}", file.string(), one_line(what)));
 }
 
 json read_json(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
-  if (!in) fail(file, "cannot open" + relative_path_note(file.string()));
+  if (!in) fail_tokenizer_json(file, "cannot open" + relative_path_note(file.string()));
   json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) fail(file, "not a JSON object");
+  if (j.is_discarded() || !j.is_object()) fail_tokenizer_json(file, "not a JSON object");
   return j;
 }
 
@@ -45,7 +45,7 @@ TokenizerSpec read_hf_tokenizer_spec(const fs::path& file);
 // its own regex (Llama 3), or ByteLevel with its regex (GPT-2).
 std::string split_pattern_of(const json& pre, const fs::path& file) {
   auto refuse = [&](const std::string& why) {
-    fail(file, "pre_tokenizer: " + why + " (ctitan reads byte-level BPE: Split(Regex, Isolated) + ByteLevel, or ByteLevel)");
+    fail_tokenizer_json(file, "pre_tokenizer: " + why + " (ctitan reads byte-level BPE: Split(Regex, Isolated) + ByteLevel, or ByteLevel)");
   };
   auto byte_level = [&](const json& p, bool want_regex) {
     if (p.value("type", "") != "ByteLevel") refuse("expected ByteLevel, got " + p.value("type", "?"));
@@ -75,14 +75,14 @@ std::string split_pattern_of(const json& pre, const fs::path& file) {
 }
 
 void check_model_options(const json& model, const fs::path& file) {
-  if (model.value("type", "") != "BPE") fail(file, "model.type is " + model.value("type", "?") + ", ctitan reads BPE");
+  if (model.value("type", "") != "BPE") fail_tokenizer_json(file, "model.type is " + model.value("type", "?") + ", ctitan reads BPE");
   if (!is_null_or(model, "dropout", 0.0) && !is_null_or(model, "dropout", 0)) {
-    fail(file, "model.dropout is set: BPE dropout is for training-time sampling, not a fixed encoding");
+    fail_tokenizer_json(file, "model.dropout is set: BPE dropout is for training-time sampling, not a fixed encoding");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (!is_null_or(model, key, "")) fail(file, fmt::format("model.{} is set; byte-level BPE uses none", key));
+    if (!is_null_or(model, key, "")) fail_tokenizer_json(file, fmt::format("model.{} is set; byte-level BPE uses none", key));
   }
-  if (model.value("byte_fallback", false)) fail(file, "model.byte_fallback is set; byte-level BPE needs none");
+  if (model.value("byte_fallback", false)) fail_tokenizer_json(file, "model.byte_fallback is set; byte-level BPE needs none");
 }
 
 // The token's content if `name` is a string or {"content": ...}, else "".
@@ -113,7 +113,7 @@ void choose_bos_eos(TokenizerSpec& spec, const fs::path& file) {
     if (!configured.empty()) defaults = {configured};
     int32_t id = find_special(spec, defaults);
     if (id < 0) {
-      fail(file, fmt::format("no {} among added_tokens (looked for '{}'; name it as {} in {})", what,
+      fail_tokenizer_json(file, fmt::format("no {} among added_tokens (looked for '{}'; name it as {} in {})", what,
                              fmt::join(defaults, "', '"), what == std::string("BOS") ? "bos_token" : "eos_token",
                              config_file.string()));
     }
@@ -167,22 +167,22 @@ Tokenizer load_hf_tokenizer_json(const fs::path& file) {
   try {
     spec = read_hf_tokenizer_spec(file);
   } catch (const json::exception& e) {  // a key of the wrong JSON type (e.g. "type": 3)
-    fail(file, fmt::format("not a tokenizer.json of byte-level BPE ({})", e.what()));
+    fail_tokenizer_json(file, fmt::format("not a tokenizer.json of byte-level BPE ({})", e.what()));
   }
   try {
     return Tokenizer(std::move(spec));
   } catch (const InputError& e) {
     // The split pattern's checks (pretokenizer.cpp) cannot name the file.
     if (std::string_view(e.what()).find(file.string()) != std::string_view::npos) throw;
-    fail(file, e.what());
+    fail_tokenizer_json(file, e.what());
   }
 }
 
 namespace {
 TokenizerSpec read_hf_tokenizer_spec(const fs::path& file) {
   json j = read_json(file);
-  if (!is_null_or(j, "normalizer", json())) fail(file, "normalizer is set; byte-level BPE (Llama 3) has none");
-  if (!j.contains("model") || !j["model"].is_object()) fail(file, "model is missing");
+  if (!is_null_or(j, "normalizer", json())) fail_tokenizer_json(file, "normalizer is set; byte-level BPE (Llama 3) has none");
+  if (!j.contains("model") || !j["model"].is_object()) fail_tokenizer_json(file, "model is missing");
   const json& model = j["model"];
   check_model_options(model, file);
 
@@ -194,24 +194,24 @@ TokenizerSpec read_hf_tokenizer_spec(const fs::path& file) {
 
   // Ids must be dense: 0..n-1, each naming one token, from the vocab or added_tokens.
   std::map<int64_t, std::pair<std::string, bool>> by_id;  // id -> (bytes or text, special)
-  if (!model.contains("vocab")) fail(file, "model.vocab is missing");
+  if (!model.contains("vocab")) fail_tokenizer_json(file, "model.vocab is missing");
   if (!model["vocab"].is_object()) {
-    fail(file, fmt::format("model.vocab must be an object of token -> id (got {}: only BPE models are supported)",
+    fail_tokenizer_json(file, fmt::format("model.vocab must be an object of token -> id (got {}: only BPE models are supported)",
                            model["vocab"].type_name()));
   }
   std::unordered_map<std::string, int32_t> id_of_spelling;
   for (const auto& [spelling, id] : model["vocab"].items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0) fail(file, fmt::format("model.vocab['{}'] is not an id", spelling));
+    if (!id.is_number_integer() || id.get<int64_t>() < 0) fail_tokenizer_json(file, fmt::format("model.vocab['{}'] is not an id", spelling));
     auto bytes = byte_level_decode(spelling);
-    if (!bytes) fail(file, fmt::format("model.vocab['{}'] is not byte-level text", spelling));
+    if (!bytes) fail_tokenizer_json(file, fmt::format("model.vocab['{}'] is not byte-level text", spelling));
     if (!by_id.emplace(id.get<int64_t>(), std::pair{*bytes, false}).second) {
-      fail(file, fmt::format("model.vocab: id {} is given twice", id.get<int64_t>()));
+      fail_tokenizer_json(file, fmt::format("model.vocab: id {} is given twice", id.get<int64_t>()));
     }
     id_of_spelling.emplace(spelling, int32_t(id.get<int64_t>()));
   }
   for (const auto& added : j.value("added_tokens", json::array())) {
     if (!added.contains("id") || !added["id"].is_number_integer() || token_text(added).empty()) {
-      fail(file, "added_tokens: an entry lacks an integer id or a content");
+      fail_tokenizer_json(file, "added_tokens: an entry lacks an integer id or a content");
     }
     // An added token is matched in text before BPE by Hugging Face, never produced by merges;
     // when the trainer also put it in the vocab, the added entry wins.
@@ -219,7 +219,7 @@ TokenizerSpec read_hf_tokenizer_spec(const fs::path& file) {
   }
   int64_t expected = 0;
   for (const auto& [id, entry] : by_id) {
-    if (id != expected) fail(file, fmt::format("no token has id {} (ids must run 0..{} without gaps)", expected, by_id.size() - 1));
+    if (id != expected) fail_tokenizer_json(file, fmt::format("no token has id {} (ids must run 0..{} without gaps)", expected, by_id.size() - 1));
     spec.tokens.push_back(entry.first);
     spec.special.push_back(entry.second);
     ++expected;
@@ -231,7 +231,7 @@ TokenizerSpec read_hf_tokenizer_spec(const fs::path& file) {
     auto [left, right] = merge_sides(merges[i]);
     auto l = id_of_spelling.find(left), r = id_of_spelling.find(right);
     if (left.empty() || l == id_of_spelling.end() || r == id_of_spelling.end()) {
-      fail(file, fmt::format("model.merges[{}] is not a pair of vocabulary tokens", i));
+      fail_tokenizer_json(file, fmt::format("model.merges[{}] is not a pair of vocabulary tokens", i));
     }
     spec.merges.emplace_back(l->second, r->second);
   }

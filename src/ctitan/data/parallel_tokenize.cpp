@@ -19,7 +19,7 @@ namespace {
 constexpr size_t kBatchTextBytes = size_t(1) << 20;
 constexpr size_t kBatchDocuments = 16384;
 
-struct Batch {
+struct DocumentBatch {
   std::vector<std::string> documents;
   std::vector<std::optional<std::vector<int32_t>>> ids;  // one per document; nullopt = blank
   bool done = false;
@@ -33,12 +33,12 @@ struct Batch {
 };
 
 // Reads every file's documents in order and cuts them into batches.
-class BatchReader {
+class DocumentBatchReader {
  public:
-  explicit BatchReader(const std::vector<std::pair<fs::path, FileFormat>>& files) : files_(files) {}
+  explicit DocumentBatchReader(const std::vector<std::pair<fs::path, FileFormat>>& files) : files_(files) {}
 
-  std::shared_ptr<Batch> next() {
-    auto batch = std::make_shared<Batch>();
+  std::shared_ptr<DocumentBatch> next() {
+    auto batch = std::make_shared<DocumentBatch>();
     size_t bytes = 0;
     while (bytes < kBatchTextBytes && batch->documents.size() < kBatchDocuments) {
       if (!reader_) {
@@ -89,7 +89,7 @@ class TokenizerPool {
     threads_.clear();
   }
 
-  void submit(std::shared_ptr<Batch> batch) {
+  void submit(std::shared_ptr<DocumentBatch> batch) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       queue_.push_back(std::move(batch));
@@ -97,7 +97,7 @@ class TokenizerPool {
     queued_.notify_one();
   }
 
-  void wait(Batch& batch) {
+  void wait(DocumentBatch& batch) {
     std::unique_lock<std::mutex> lock(mutex_);
     finished_.wait(lock, [&] { return batch.done; });
     if (batch.error) std::rethrow_exception(batch.error);
@@ -106,7 +106,7 @@ class TokenizerPool {
  private:
   void work() {
     while (true) {
-      std::shared_ptr<Batch> batch;
+      std::shared_ptr<DocumentBatch> batch;
       {
         std::unique_lock<std::mutex> lock(mutex_);
         queued_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
@@ -131,7 +131,7 @@ class TokenizerPool {
   std::vector<std::thread> threads_;
   std::mutex mutex_;
   std::condition_variable queued_, finished_;
-  std::deque<std::shared_ptr<Batch>> queue_;
+  std::deque<std::shared_ptr<DocumentBatch>> queue_;
   bool stopping_ = false;
 };
 
@@ -142,7 +142,7 @@ TokenizeCounts tokenize_in_order(const std::vector<std::pair<fs::path, FileForma
                                  const std::function<void(const std::vector<int32_t>&)>& sink,
                                  const std::function<void(const TokenizeCounts&)>& on_progress) {
   TokenizeCounts counts;
-  auto emit = [&](Batch& batch) {
+  auto emit = [&](DocumentBatch& batch) {
     counts.documents += int64_t(batch.ids.size());
     for (const auto& ids : batch.ids) {
       if (!ids) continue;
@@ -151,7 +151,7 @@ TokenizeCounts tokenize_in_order(const std::vector<std::pair<fs::path, FileForma
     }
     if (on_progress) on_progress(counts);
   };
-  BatchReader reader(files);
+  DocumentBatchReader reader(files);
   if (workers <= 1) {
     while (auto batch = reader.next()) {
       batch->tokenize(tokenizer);
@@ -163,7 +163,7 @@ TokenizeCounts tokenize_in_order(const std::vector<std::pair<fs::path, FileForma
   // the reader fills the next, and memory stays bounded whatever the dataset's size.
   const size_t max_in_flight = 2 * size_t(workers);
   TokenizerPool pool(tokenizer, workers);
-  std::deque<std::shared_ptr<Batch>> in_flight;
+  std::deque<std::shared_ptr<DocumentBatch>> in_flight;
   auto emit_oldest = [&] {
     pool.wait(*in_flight.front());
     emit(*in_flight.front());

@@ -27,7 +27,7 @@ constexpr int32_t kNoRank = -1;
 const char* const kBosText = "<|begin_of_text|>";
 const char* const kEosText = "<|end_of_text|>";
 
-[[noreturn]] void fail(const std::string& where, const std::string& what) {
+[[noreturn]] void fail_tokenizer(const std::string& where, const std::string& what) {
   throw InputError("tokenizer error: " + where + ": " + what);
 }
 
@@ -163,25 +163,25 @@ void Tokenizer::merge_piece(std::string_view piece, MergeScratch& s, std::vector
 Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)), pretokenizer_(spec_.split_pattern) {
   const std::string& source = spec_.source;
   const size_t n = spec_.tokens.size();
-  if (n == 0) fail(source, "no tokens");
+  if (n == 0) fail_tokenizer(source, "no tokens");
   if (spec_.special.size() != n) throw std::logic_error("TokenizerSpec: special has the wrong length");
   if (n > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-    fail(source, std::to_string(n) + " tokens do not fit in int32 ids");
+    fail_tokenizer(source, std::to_string(n) + " tokens do not fit in int32 ids");
   }
   ranks_.reserve(n);
   for (size_t id = 0; id < n; ++id) {
-    if (spec_.tokens[id].empty()) fail(source, "token id " + std::to_string(id) + " is empty");
+    if (spec_.tokens[id].empty()) fail_tokenizer(source, "token id " + std::to_string(id) + " is empty");
     if (spec_.special[id]) continue;
     ++n_base_;
     auto [it, inserted] = ranks_.emplace(spec_.tokens[id], static_cast<int32_t>(id));
     if (!inserted) {
-      fail(source, "token " + single_quoted(spec_.tokens[id]) + " has two ids, " + std::to_string(it->second) +
+      fail_tokenizer(source, "token " + single_quoted(spec_.tokens[id]) + " has two ids, " + std::to_string(it->second) +
                        " and " + std::to_string(id));
     }
   }
   for (auto [name, id] : {std::pair{"BOS", spec_.bos_id}, std::pair{"EOS", spec_.eos_id}}) {
     if (id < 0 || size_t(id) >= n || !spec_.special[size_t(id)]) {
-      fail(source, std::string(name) + " id " + std::to_string(id) + " is not a special token");
+      fail_tokenizer(source, std::string(name) + " id " + std::to_string(id) + " is not a special token");
     }
   }
   // Every piece must be able to fall back to single bytes, or some text could not be encoded.
@@ -190,7 +190,7 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)), pretokenizer_
     if (it == ranks_.end()) {
       char hex[8];
       std::snprintf(hex, sizeof(hex), "0x%02x", b);
-      fail(source, std::string("no token for byte ") + hex + " (all 256 single bytes are needed)");
+      fail_tokenizer(source, std::string("no token for byte ") + hex + " (all 256 single bytes are needed)");
     }
     byte_rank_[b] = it->second;
   }
@@ -201,10 +201,10 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)), pretokenizer_
   for (size_t priority = 0; priority < spec_.merges.size(); ++priority) {
     auto [left, right] = spec_.merges[priority];
     auto bad = [&](int32_t id) { return id < 0 || size_t(id) >= n || spec_.special[size_t(id)]; };
-    if (bad(left) || bad(right)) fail(source, "merge " + std::to_string(priority) + " names a token that is not in the vocabulary");
+    if (bad(left) || bad(right)) fail_tokenizer(source, "merge " + std::to_string(priority) + " names a token that is not in the vocabulary");
     auto joined = ranks_.find(spec_.tokens[size_t(left)] + spec_.tokens[size_t(right)]);
     if (joined == ranks_.end()) {
-      fail(source, "merge " + std::to_string(priority) + " makes " +
+      fail_tokenizer(source, "merge " + std::to_string(priority) + " makes " +
                        single_quoted(spec_.tokens[size_t(left)] + spec_.tokens[size_t(right)]) +
                        ", which is not in the vocabulary");
     }
@@ -227,10 +227,10 @@ Tokenizer Tokenizer::from_ranks(std::vector<std::string> token_bytes_by_rank) {
 
 Tokenizer Tokenizer::load_tiktoken(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
-  if (!file) fail(path + relative_path_note(path), std::string("cannot open: ") + std::strerror(errno));
+  if (!file) fail_tokenizer(path + relative_path_note(path), std::string("cannot open: ") + std::strerror(errno));
   std::stringstream buffer;
   buffer << file.rdbuf();
-  if (file.bad()) fail(path, std::string("cannot read: ") + std::strerror(errno));
+  if (file.bad()) fail_tokenizer(path, std::string("cannot read: ") + std::strerror(errno));
   const std::string contents = buffer.str();
 
   struct Entry {
@@ -250,12 +250,12 @@ Tokenizer Tokenizer::load_tiktoken(const std::string& path) {
     if (line.empty()) continue;
     size_t space = line.find(' ');
     if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos) {
-      fail(path + ":" + std::to_string(line_no),
+      fail_tokenizer(path + ":" + std::to_string(line_no),
            "expected '<base64 token> <rank>', got " + single_quoted(line));
     }
     entries.push_back({line_no, line.substr(0, space), line.substr(space + 1)});
   }
-  if (entries.empty()) fail(path, "empty file, expected lines '<base64 token> <rank>'");
+  if (entries.empty()) fail_tokenizer(path, "empty file, expected lines '<base64 token> <rank>'");
 
   // With n lines, "each rank in [0, n) at most once" is the same as "each rank exactly once", so
   // a gap always shows up on a line as a rank that is too large.
@@ -265,16 +265,16 @@ Tokenizer Tokenizer::load_tiktoken(const std::string& path) {
   for (const Entry& e : entries) {
     std::string where = path + ":" + std::to_string(e.line);
     std::optional<std::string> bytes = base64_decode(e.token);
-    if (!bytes) fail(where, "invalid base64 " + single_quoted(e.token));
+    if (!bytes) fail_tokenizer(where, "invalid base64 " + single_quoted(e.token));
     int64_t rank = 0;
-    if (!parse_rank(e.rank, rank)) fail(where, "rank " + single_quoted(e.rank) + " is not a number");
+    if (!parse_rank(e.rank, rank)) fail_tokenizer(where, "rank " + single_quoted(e.rank) + " is not a number");
     if (rank >= static_cast<int64_t>(n)) {
-      fail(where, "rank " + std::to_string(rank) + " is out of range: the file has " +
+      fail_tokenizer(where, "rank " + std::to_string(rank) + " is out of range: the file has " +
                       std::to_string(n) + " tokens, so ranks must be 0.." + std::to_string(n - 1) +
                       " and some rank is missing");
     }
     if (line_of_rank[rank] != 0) {
-      fail(where, "rank " + std::to_string(rank) + " already given on line " +
+      fail_tokenizer(where, "rank " + std::to_string(rank) + " already given on line " +
                       std::to_string(line_of_rank[rank]));
     }
     line_of_rank[rank] = e.line;
@@ -284,10 +284,10 @@ Tokenizer Tokenizer::load_tiktoken(const std::string& path) {
   std::unordered_map<std::string_view, size_t> rank_of_token;
   for (size_t rank = 0; rank < n; ++rank) {
     std::string where = path + ":" + std::to_string(line_of_rank[rank]);
-    if (tokens[rank].empty()) fail(where, "empty token");
+    if (tokens[rank].empty()) fail_tokenizer(where, "empty token");
     auto [it, inserted] = rank_of_token.emplace(tokens[rank], rank);
     if (!inserted) {
-      fail(where, "token " + single_quoted(base64_encode(tokens[rank])) + " already has rank " +
+      fail_tokenizer(where, "token " + single_quoted(base64_encode(tokens[rank])) + " already has rank " +
                       std::to_string(it->second));
     }
   }
@@ -296,14 +296,14 @@ Tokenizer Tokenizer::load_tiktoken(const std::string& path) {
 
 void Tokenizer::save(const std::string& path) const {
   if (!fits_tiktoken_format()) {
-    fail(path, "this tokenizer (from " + spec_.source +
+    fail_tokenizer(path, "this tokenizer (from " + spec_.source +
                    ") has special tokens or merge rules a tiktoken rank file cannot hold; write tokenizer.json");
   }
   const auto& tokens_ = spec_.tokens;
   const auto n_base = static_cast<size_t>(n_base_);
   const std::string tmp = path + ".tmp";
   std::FILE* file = std::fopen(tmp.c_str(), "wb");
-  if (file == nullptr) fail(tmp, std::string("cannot create: ") + std::strerror(errno));
+  if (file == nullptr) fail_tokenizer(tmp, std::string("cannot create: ") + std::strerror(errno));
   int error = 0;  // first errno seen
   std::string line;
   for (size_t rank = 0; rank < n_base && error == 0; ++rank) {
@@ -319,7 +319,7 @@ void Tokenizer::save(const std::string& path) const {
   if (error == 0 && std::rename(tmp.c_str(), path.c_str()) != 0) error = errno;
   if (error != 0) {
     std::remove(tmp.c_str());
-    fail(path, std::string("cannot write: ") + std::strerror(error));
+    fail_tokenizer(path, std::string("cannot write: ") + std::strerror(error));
   }
 }
 
@@ -345,7 +345,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string text;
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab_size()) {
-      fail("decode", "id " + std::to_string(id) + " is outside the vocabulary [0, " +
+      fail_tokenizer("decode", "id " + std::to_string(id) + " is outside the vocabulary [0, " +
                          std::to_string(vocab_size()) + ")");
     }
     text += spec_.tokens[size_t(id)];
@@ -359,7 +359,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
   if (fs::is_directory(file, ec)) {
     if (fs::exists(file / "tokenizer.json")) return load_hf_tokenizer_json(file / "tokenizer.json");
     if (fs::exists(file / "tokenizer.model")) return load_tiktoken((file / "tokenizer.model").string());
-    fail(path, "directory holds neither tokenizer.json nor tokenizer.model");
+    fail_tokenizer(path, "directory holds neither tokenizer.json nor tokenizer.model");
   }
   if (file.extension() == ".json") return load_hf_tokenizer_json(file);
   return load_tiktoken(path);

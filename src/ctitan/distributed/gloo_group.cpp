@@ -9,13 +9,12 @@
 #include <mutex>
 
 
+#include "ctitan/common/message_text.h"
 #include "ctitan/distributed/comm_error.h"
 #include "ctitan/distributed/dist_env.h"
 
 namespace ctitan::distributed {
 namespace {
-
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 // One Gloo device per bind address for the whole process: every group's contexts then share one
 // I/O thread instead of starting one each (a mesh has several groups; the machine has 2 cores).

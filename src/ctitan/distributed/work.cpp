@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <thread>
 
+#include "ctitan/common/message_text.h"
+
 namespace ctitan::distributed {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 std::string what_of(const std::exception_ptr& error) {
   try {

@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/message_text.h"
 #include "ctitan/launcher/worker_group.h"
 #include "ctitan/launcher/node_rendezvous.h"
 #include "ctitan/launcher/signals.h"
@@ -27,7 +28,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 struct Outcome {
   enum Kind { kSucceeded, kFailed, kInterrupted, kRescale } kind = kSucceeded;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/message_text.h"
 #include "ctitan/distributed/c10d_quiet.h"
 
 namespace ctitan::launcher {
@@ -29,7 +30,6 @@ const std::string kLostKey = "launcher/lost";
 
 std::chrono::milliseconds to_ms(double seconds) { return std::chrono::milliseconds(int64_t(seconds * 1000)); }
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }

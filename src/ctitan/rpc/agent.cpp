@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "ctitan/common/message_text.h"
 #include "ctitan/common/error.h"
 #include "ctitan/distributed/dist_env.h"
 #include "ctitan/distributed/store.h"
@@ -126,8 +127,6 @@ RRefCounts read_rref_counts() {
 
 namespace detail {
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
-
 const tdr::WorkerInfo& find_worker(const tdr::RpcAgent& agent, const std::string& name) {
   auto infos = workers_by_rank(agent);
   for (const auto& info : infos) {
@@ -150,7 +149,6 @@ std::shared_ptr<tdr::TensorPipeAgent> running_agent(const std::string& function,
 }  // namespace detail
 
 using detail::find_worker;
-using detail::first_line;
 using detail::running_agent;
 
 void init_rpc(const std::string& name, const RpcOptions& options) {

@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/rpc/utils.h>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/message_text.h"
 #include "ctitan/rpc/api.h"
 #include "ctitan/rpc/detail.h"
 #include "ctitan/rpc/rref_codec.h"
@@ -38,9 +39,9 @@ c10::IValue decode_reply(tdr::JitFuture& reply, const std::string& to, const std
   } catch (const InputError&) {
     throw;
   } catch (const std::exception& e) {
-    throw InputError(fmt::format("rpc payload from {}: {}", to, detail::first_line(e.what())));
+    throw InputError(fmt::format("rpc payload from {}: {}", to, first_line(e.what())));
   }
-  const std::string what = detail::first_line(response.message);
+  const std::string what = first_line(response.message);
   switch (response.status) {
     case ResponseStatus::Ok:
       return response.value;
@@ -109,7 +110,7 @@ Future call_function(const std::string& to, const std::string& function, std::ve
                                          options.timeout_seconds ? float(*options.timeout_seconds)
                                                                  : tdr::kUnsetRpcTimeout);
   } catch (const std::exception& e) {
-    throw RpcError(RpcErrorKind::PeerLost, message::peer_lost(to, function, detail::first_line(e.what())));
+    throw RpcError(RpcErrorKind::PeerLost, message::peer_lost(to, function, first_line(e.what())));
   }
   Future result;
   reply->addCallback([result, to, function, timeout](tdr::JitFuture& done) {

@@ -20,8 +20,6 @@ struct WorkerInfo;
 
 namespace ctitan::rpc::detail {
 
-std::string first_line(const std::string& text);
-
 // The running agent, or RpcError(Shutdown) naming `function`. `default_timeout`, if given, receives
 // RpcOptions::timeout_seconds.
 std::shared_ptr<torch::distributed::rpc::TensorPipeAgent> running_agent(const std::string& function,

@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 
+#include "ctitan/common/message_text.h"
 #include "ctitan/rpc/agent.h"
 #include "ctitan/rpc/detail.h"
 
@@ -16,8 +17,8 @@ namespace {
 namespace tda = torch::distributed::autograd;
 
 std::string one_line(const std::exception& e) {
-  if (auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return detail::first_line(c10_error->what_without_backtrace());
-  return detail::first_line(e.what());
+  if (auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return first_line(c10_error->what_without_backtrace());
+  return first_line(e.what());
 }
 
 }  // namespace
@@ -78,7 +79,7 @@ c10::Dict<at::Tensor, at::Tensor> get_gradients(int64_t context_id) {
     return tda::DistAutogradContainer::getInstance().retrieveContext(context_id)->getGradients();
   } catch (const c10::Error& e) {
     throw std::invalid_argument(fmt::format("rpc: no dist_autograd context {} on this worker ({})", context_id,
-                                            detail::first_line(e.what_without_backtrace())));
+                                            first_line(e.what_without_backtrace())));
   }
 }
 

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/message_text.h"
 #include "ctitan/rpc/detail.h"
 #include "ctitan/rpc/errors.h"
 #include "ctitan/rpc/registry.h"
@@ -22,7 +23,6 @@ namespace ctitan::rpc {
 namespace {
 
 namespace tdr = torch::distributed::rpc;
-using detail::first_line;
 
 // A PYTHON_CALL or PYTHON_REMOTE_CALL decoded by deserializePythonRpcCommand, on the agent's pool
 // thread, before upstream's processRpc hands it on. Decoding there is what makes RRefs in the

@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/rpc/utils.h>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/message_text.h"
 #include "ctitan/rpc/api.h"
 #include "ctitan/rpc/detail.h"
 #include "ctitan/rpc/rref_codec.h"
@@ -89,7 +90,7 @@ c10::IValue fetch(const tdr::UserRRef& user, const std::optional<double>& timeou
     reply = tda::sendMessageWithAutograd(*agent, owner, std::move(message), /*forceGradRecording=*/true,
                                          timeout_seconds ? float(*timeout_seconds) : tdr::kUnsetRpcTimeout);
   } catch (const std::exception& e) {
-    throw RpcError(RpcErrorKind::PeerLost, message::peer_lost(owner.name_, kFetch, detail::first_line(e.what())));
+    throw RpcError(RpcErrorKind::PeerLost, message::peer_lost(owner.name_, kFetch, first_line(e.what())));
   }
   reply->wait();
   if (reply->hasError()) detail::throw_transport_failure(*reply, owner.name_, kFetch, timeout);
@@ -106,7 +107,7 @@ c10::IValue fetch(const tdr::UserRRef& user, const std::optional<double>& timeou
   } catch (const InputError&) {
     throw;
   } catch (const std::exception& e) {
-    throw InputError(fmt::format("rpc payload from {}: {}", owner.name_, detail::first_line(e.what())));
+    throw InputError(fmt::format("rpc payload from {}: {}", owner.name_, first_line(e.what())));
   }
   // The owner sends a failure as the finished line (it knows the function remote() ran).
   if (response.status != ResponseStatus::Ok) throw RpcError(detail::kind_of(response.status), response.message);
@@ -186,7 +187,7 @@ RRef remote_function(const std::string& to, const std::string& function, std::ve
     try {
       return tda::sendMessageWithAutograd(*agent, dst, std::move(message), in_context, timeout);
     } catch (const std::exception& e) {
-      throw RpcError(RpcErrorKind::PeerLost, message::peer_lost(to, function, detail::first_line(e.what())));
+      throw RpcError(RpcErrorKind::PeerLost, message::peer_lost(to, function, first_line(e.what())));
     }
   };
   if (dst.id_ == ctx.getWorkerId()) {

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/message_text.h"
 #include "ctitan/rpc/detail.h"
 
 namespace ctitan::rpc {
@@ -26,7 +27,7 @@ class ForkProtocol final : public RRefCodecHook {
       return RRefFields{fork.ownerId_,          fork.rrefId_.createdOn_, fork.rrefId_.localId_,
                         fork.forkId_.createdOn_, fork.forkId_.localId_,  fork.parent_};
     } catch (const c10::Error& e) {
-      throw InputError("rpc: an RRef cannot be sent: " + detail::first_line(e.what_without_backtrace()));
+      throw InputError("rpc: an RRef cannot be sent: " + first_line(e.what_without_backtrace()));
     }
   }
 
@@ -51,7 +52,7 @@ class ForkProtocol final : public RRefCodecHook {
       return c10::IValue(c10::static_intrusive_pointer_cast<c10::RRefInterface>(rref));
     } catch (const c10::Error& e) {
       throw InputError(fmt::format("rpc payload from {}: its RRef is not valid here: {}", source,
-                                   detail::first_line(e.what_without_backtrace())));
+                                   first_line(e.what_without_backtrace())));
     }
   }
 };
