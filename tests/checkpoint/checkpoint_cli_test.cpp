@@ -18,6 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::concat;
+using testing::flip_byte;
 using Args = std::vector<std::string>;
 
 const Args kCheckpointing = {"--checkpoint.enable", "true", "--metrics.log_freq", "1",
@@ -27,7 +28,7 @@ const Args kDdp = {"--parallelism.data_parallel_replicate_degree", "2", "--paral
                    "--training.local_batch_size", "2"};
 const Args kLauncher = {"run", "--nproc-per-node", "2", "--master-port", "0"};
 
-testing::RunResult train(const fs::path& dir, const Args& extra) {
+testing::RunResult run_train(const fs::path& dir, const Args& extra) {
   return testing::run_ctitan(concat(concat({"train"}, testing::tiny_job_args(dir)), concat(kCheckpointing, extra)));
 }
 
@@ -70,21 +71,15 @@ class ScopedEnv {
   std::vector<std::pair<std::string, std::string>> vars_;
 };
 
-void flip_byte(const fs::path& file, size_t at) {
-  auto bytes = testing::read_file(file.string());
-  bytes[at] = char(bytes[at] ^ 0x10);
-  testing::write_file(file.string(), bytes);
-}
-
 // Steps 1-20 in one go against 1-10, then a new process resuming 11-20: the losses and grad norms
 // must be equal bit for bit, since the checkpoint holds every input of the computation.
 void expect_resume_bitwise(const std::string& dtype) {
   testing::TempDir dir;
-  auto full = train(dir.path(), {"--training.mixed_precision_param", dtype});
+  auto full = run_train(dir.path(), {"--training.mixed_precision_param", dtype});
   ASSERT_EQ(full.exit_code, 0) << full.output;
   auto reference = metrics(dir.path());
   fs::remove_all(step_dir(dir.path(), 20));  // as if the first run had stopped after step 10
-  auto resumed = train(dir.path(), {"--training.mixed_precision_param", dtype});
+  auto resumed = run_train(dir.path(), {"--training.mixed_precision_param", dtype});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from checkpoint"), std::string::npos) << resumed.output;
   EXPECT_EQ(testing::first_logged_step(resumed.output), 11);
@@ -102,7 +97,7 @@ TEST(CliCheckpoint, ResumeIsBitwiseBf16) { expect_resume_bitwise("bfloat16"); }
 // the loss by percents.
 void expect_reshard_resume(const Args& save_layout, const Args& load_layout) {
   auto run = [](const fs::path& dir, const Args& layout) {
-    return layout.empty() ? train(dir, {}) : train_ddp(dir, layout);
+    return layout.empty() ? run_train(dir, {}) : train_ddp(dir, layout);
   };
   testing::TempDir saved, reference;
   auto a = run(saved.path(), save_layout);
@@ -182,10 +177,10 @@ TEST(CliCheckpoint, SigtermSavesAnEmergencyCheckpointAndResumes) {
 TEST(CliCheckpoint, CorruptCheckpointFallsBackToThePreviousOne) {
   testing::TempDir dir;
   Args every5 = {"--checkpoint.interval", "5", "--training.steps", "15"};
-  ASSERT_EQ(train(dir.path(), every5).exit_code, 0);
+  ASSERT_EQ(run_train(dir.path(), every5).exit_code, 0);
   auto bad = step_dir(dir.path(), 15) / "rank-00000.bin";
   flip_byte(bad, 1000);
-  auto r = train(dir.path(), every5);
+  auto r = run_train(dir.path(), every5);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("checksum mismatch"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(bad.string()), std::string::npos) << r.output;
@@ -194,7 +189,7 @@ TEST(CliCheckpoint, CorruptCheckpointFallsBackToThePreviousOne) {
 
   // Nothing usable left: one clear line, exit 1.
   for (int64_t s : {5, 10, 15}) fs::resize_file(step_dir(dir.path(), s) / "rank-00000.bin", 100);
-  auto none = train(dir.path(), every5);
+  auto none = run_train(dir.path(), every5);
   EXPECT_EQ(none.exit_code, 1) << none.output;
   EXPECT_NE(none.output.find("ctitan: checkpoint error: no usable checkpoint in"), std::string::npos) << none.output;
 }
@@ -228,8 +223,8 @@ TEST(CliCheckpoint, DiskFullLeavesThePreviousCheckpointIntact) {
 TEST(CliCheckpoint, AsyncSaveEqualsSyncSave) {
   testing::TempDir sync_dir, async_dir;
   Args common = {"--checkpoint.interval", "4", "--training.steps", "12", "--checkpoint.keep_latest_k", "2"};
-  ASSERT_EQ(train(sync_dir.path(), common).exit_code, 0);
-  auto a = train(async_dir.path(), concat(common, {"--checkpoint.async_mode", "async"}));
+  ASSERT_EQ(run_train(sync_dir.path(), common).exit_code, 0);
+  auto a = run_train(async_dir.path(), concat(common, {"--checkpoint.async_mode", "async"}));
   ASSERT_EQ(a.exit_code, 0) << a.output;
   expect_bitwise(metrics(async_dir.path()), metrics(sync_dir.path()), 1, 12);
   EXPECT_EQ(checkpoint::list_step_dirs(async_dir.path() / "checkpoint").complete, (std::vector<int64_t>{8, 12}));
@@ -247,13 +242,13 @@ TEST(CliCheckpoint, AsyncSaveEqualsSyncSave) {
 // plain seed-7 run bitwise, and DDP from the same seed matches it (DDP tolerance, see above).
 TEST(CliCheckpoint, SeedCheckpointGivesTheSameLossesInEveryLayout) {
   testing::TempDir seed, plain, single, ddp;
-  auto s = train(seed.path(), {"--checkpoint.create_seed_checkpoint", "true"});
+  auto s = run_train(seed.path(), {"--checkpoint.create_seed_checkpoint", "true"});
   ASSERT_EQ(s.exit_code, 0) << s.output;
   auto seed_dir = step_dir(seed.path(), 0);
   ASSERT_TRUE(checkpoint::CheckpointReader(seed_dir).metadata().model_only);
   Args from_seed = {"--debug.seed", "8", "--checkpoint.initial_load_path", seed_dir.string()};
-  ASSERT_EQ(train(plain.path(), {}).exit_code, 0);
-  auto a = train(single.path(), from_seed);
+  ASSERT_EQ(run_train(plain.path(), {}).exit_code, 0);
+  auto a = run_train(single.path(), from_seed);
   ASSERT_EQ(a.exit_code, 0) << a.output;
   auto b = train_ddp(ddp.path(), from_seed);
   ASSERT_EQ(b.exit_code, 0) << b.output;
@@ -278,12 +273,12 @@ TEST(CliCheckpoint, ExceptionInAStepSavesAnEmergencyCheckpoint) {
     writer.finish();
   }
   // The same step count for both: the lr schedule depends on it.
-  auto r = train(bad.path(), {"--training.dataset_path", bad.file("bad.bin"), "--checkpoint.interval", "100",
+  auto r = run_train(bad.path(), {"--training.dataset_path", bad.file("bad.bin"), "--checkpoint.interval", "100",
                               "--training.steps", "8"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("saving an emergency checkpoint at step 6"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("token id 40"), std::string::npos) << r.output;
-  auto c = train(clean.path(), {"--checkpoint.interval", "6", "--training.steps", "8"});
+  auto c = run_train(clean.path(), {"--checkpoint.interval", "6", "--training.steps", "8"});
   ASSERT_EQ(c.exit_code, 0) << c.output;
   checkpoint::CheckpointReader x(step_dir(bad.path(), 6)), y(step_dir(clean.path(), 6));
   for (const auto& e : y.metadata().entries) {
@@ -299,7 +294,7 @@ TEST(CliCheckpoint, ExceptionInAStepSavesAnEmergencyCheckpoint) {
 
 TEST(CliCheckpoint, InspectDescribesAndVerifies) {
   testing::TempDir dir;
-  ASSERT_EQ(train(dir.path(), {"--training.steps", "10"}).exit_code, 0);
+  ASSERT_EQ(run_train(dir.path(), {"--training.steps", "10"}).exit_code, 0);
   auto ok = testing::run_ctitan({"checkpoint", "inspect", "--verify", (dir.path() / "checkpoint").string()});
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_NE(ok.output.find("step 10"), std::string::npos) << ok.output;

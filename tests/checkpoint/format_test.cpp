@@ -33,7 +33,7 @@ fs::path save_sample(const fs::path& folder, int64_t step) {
   return dir;
 }
 
-std::string load_error(const fs::path& dir) {
+std::string checkpoint_load_error(const fs::path& dir) {
   try {
     CheckpointReader(dir).verify_all();
   } catch (const InputError& e) {
@@ -64,28 +64,28 @@ TEST(CheckpointFormat, BitFlipTruncationAndMissingFilesAreDetectedNamingTheFile)
   testing::TempDir dir;
   auto step = save_sample(dir.path(), 1);
   auto file = step / "rank-00000.bin";
-  ASSERT_EQ(load_error(step), "");
+  ASSERT_EQ(checkpoint_load_error(step), "");
 
   std::string bytes = testing::read_file(file);
   std::string flipped = bytes;
   flipped[100] = char(flipped[100] ^ 0x01);  // one bit inside model/a
   testing::write_file(file, flipped);
-  auto error = load_error(step);
+  auto error = checkpoint_load_error(step);
   EXPECT_NE(error.find("checksum mismatch"), std::string::npos) << error;
   EXPECT_NE(error.find(file.string()), std::string::npos) << error;
 
   testing::write_file(file, bytes.substr(0, bytes.size() - 3));
-  error = load_error(step);
+  error = checkpoint_load_error(step);
   EXPECT_NE(error.find("truncated"), std::string::npos) << error;
   EXPECT_NE(error.find(file.string()), std::string::npos) << error;
 
   fs::remove(file);
-  error = load_error(step);
+  error = checkpoint_load_error(step);
   EXPECT_NE(error.find("cannot open"), std::string::npos) << error;
   EXPECT_NE(error.find(file.string()), std::string::npos) << error;
 
   fs::remove(step / kMetadataFile);
-  error = load_error(step);
+  error = checkpoint_load_error(step);
   EXPECT_NE(error.find("not a complete checkpoint"), std::string::npos) << error;
 }
 

@@ -20,7 +20,7 @@ struct Layout {
   Args args;
 };
 
-Args degrees(int replicate, int shard, int local_batch, int tp = 1) {
+Args layout_degrees(int replicate, int shard, int local_batch, int tp = 1) {
   return {"--parallelism.data_parallel_replicate_degree", std::to_string(replicate),
           "--parallelism.data_parallel_shard_degree", std::to_string(shard), "--training.local_batch_size",
           std::to_string(local_batch), "--parallelism.tensor_parallel_degree", std::to_string(tp)};
@@ -29,19 +29,19 @@ Args degrees(int replicate, int shard, int local_batch, int tp = 1) {
 // A global batch of 12 divides over every layout below. A constant LR after warmup
 // (decay_ratio 0) makes training.steps only the point where a run stops, so a run that stops at
 // step 4 and one that goes on to 20 take the same steps.
-const Args kJob = {"--training.global_batch_size", "12", "--lr_scheduler.decay_ratio", "0", "--metrics.log_freq", "1",
+const Args kReshardJob = {"--training.global_batch_size", "12", "--lr_scheduler.decay_ratio", "0", "--metrics.log_freq", "1",
                    "--checkpoint.enable", "true", "--checkpoint.interval", "4",
                    "--checkpoint.last_save_model_only", "false"};
 
 const Layout kOne{"1 process", 1, {"--training.local_batch_size", "12"}};
-const Layout kFsdp2{"FSDP(2)", 2, degrees(1, 2, 6)};
-const Layout kFsdp3{"FSDP(3)", 3, degrees(1, 3, 4)};
-const Layout kFsdp4{"FSDP(4)", 4, degrees(1, 4, 3)};
-const Layout kHsdp{"HSDP(2x2)", 4, degrees(2, 2, 3)};
-const Layout kDdp2{"DDP(2)", 2, degrees(2, 1, 6)};
+const Layout kFsdp2{"FSDP(2)", 2, layout_degrees(1, 2, 6)};
+const Layout kFsdp3{"FSDP(3)", 3, layout_degrees(1, 3, 4)};
+const Layout kFsdp4{"FSDP(4)", 4, layout_degrees(1, 4, 3)};
+const Layout kHsdp{"HSDP(2x2)", 4, layout_degrees(2, 2, 3)};
+const Layout kDdp2{"DDP(2)", 2, layout_degrees(2, 1, 6)};
 // TP ranks of a group share their batch: TP(2) is one data-parallel rank of 12.
-const Layout kTp2{"TP(2)", 2, degrees(1, 1, 12, 2)};
-const Layout kFsdp2Tp2{"FSDP(2)xTP(2)", 4, degrees(1, 2, 6, 2)};
+const Layout kTp2{"TP(2)", 2, layout_degrees(1, 1, 12, 2)};
+const Layout kFsdp2Tp2{"FSDP(2)xTP(2)", 4, layout_degrees(1, 2, 6, 2)};
 // Pipeline stages share their batch too: PP(2) is one data-parallel rank of 12, in 4
 // microbatches of 3. Each rank saves only its stage's FQNs.
 const Layout kPp2{"PP(2)", 2,
@@ -49,7 +49,7 @@ const Layout kPp2{"PP(2)", 2,
                    "--parallelism.pipeline_parallel_microbatch_size", "3"}};
 // [pp, dp_shard]: each stage's FQNs, sharded over its FSDP pair; dp ranks of 6 in microbatches of 3.
 const Layout kPp2Fsdp2{"PP(2)xFSDP(2)", 4,
-                       concat(degrees(1, 2, 6), {"--parallelism.pipeline_parallel_degree", "2",
+                       concat(layout_degrees(1, 2, 6), {"--parallelism.pipeline_parallel_degree", "2",
                                                  "--parallelism.pipeline_parallel_microbatch_size", "3"})};
 
 struct RunLosses {
@@ -57,12 +57,12 @@ struct RunLosses {
   int64_t first_step = -1;           // the first step this run trained
 };
 
-RunLosses run(const std::filesystem::path& dir, const Layout& layout, int64_t steps) {
+RunLosses run_layout(const std::filesystem::path& dir, const Layout& layout, int64_t steps) {
   Args head = {"train"};
   if (layout.nproc > 1) head = {"run", "--nproc-per-node", std::to_string(layout.nproc), "--master-port", "0", "train"};
   auto r = testing::run_ctitan(
       concat(concat(head, testing::tiny_job_args(dir)),
-             concat(concat(kJob, layout.args), {"--training.steps", std::to_string(steps)})), 240);
+             concat(concat(kReshardJob, layout.args), {"--training.steps", std::to_string(steps)})), 240);
   EXPECT_EQ(r.exit_code, 0) << layout.name << "\n" << r.output;
   RunLosses out;
   for (const auto& row : testing::read_jsonl((dir / "metrics.jsonl").string())) {
@@ -79,11 +79,11 @@ RunLosses run(const std::filesystem::path& dir, const Layout& layout, int64_t st
 void expect_chain_matches_one_run(const std::vector<Layout>& chain) {
   const int64_t steps = 4 * int64_t(chain.size());
   testing::TempDir reference_dir, chain_dir;
-  auto reference = run(reference_dir.path(), kOne, steps).losses;
+  auto reference = run_layout(reference_dir.path(), kOne, steps).losses;
   ASSERT_EQ(reference.size(), size_t(steps));
   double worst = 0;
   for (size_t i = 0; i < chain.size(); ++i) {
-    auto result = run(chain_dir.path(), chain[i], 4 * int64_t(i + 1));
+    auto result = run_layout(chain_dir.path(), chain[i], 4 * int64_t(i + 1));
     ASSERT_EQ(result.first_step, 4 * int64_t(i) + 1) << chain[i].name << " did not resume";
     ASSERT_EQ(result.losses.size(), 4 * (i + 1)) << chain[i].name;  // earlier layouts' rows are kept
     for (int64_t step = 4 * int64_t(i) + 1; step <= 4 * int64_t(i + 1); ++step) {

@@ -40,6 +40,7 @@ namespace fs = std::filesystem;
 using Args = std::vector<std::string>;
 using Env = std::vector<std::pair<std::string, std::string>>;
 using testing::concat;
+using testing::flip_byte;
 using testing::read_file;
 using testing::write_file;
 
@@ -316,12 +317,6 @@ std::function<std::vector<Process>(const fs::path&)> damaged_checkpoint(
 Process resume_step4(const fs::path& dir, const fs::path&, const Args& extra = {}) {
   return train(dir, concat({"--training.steps", "6", "--checkpoint.enable", "true", "--checkpoint.interval", "100",
                             "--checkpoint.load_step", "4"}, extra));
-}
-
-void flip_byte(const fs::path& file, size_t at) {
-  auto bytes = read_file(file.string());
-  bytes[at] = char(bytes[at] ^ 0x10);
-  write_file(file.string(), bytes);
 }
 
 // Where the model tensor `key` starts in step/rank-00000.bin.

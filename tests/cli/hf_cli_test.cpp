@@ -140,7 +140,7 @@ TEST(CliHf, BadInputsEndInOneLine) {
 }
 
 // Every file under `dir` with its bytes: "untouched" means this is equal before and after.
-std::map<std::string, std::string> snapshot(const std::filesystem::path& dir) {
+std::map<std::string, std::string> hf_snapshot(const std::filesystem::path& dir) {
   std::map<std::string, std::string> files;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
     auto name = std::filesystem::relative(e.path(), dir).string();
@@ -175,7 +175,7 @@ TEST(CliHf, ImportAndExportRefuseANonEmptyOutputUnlessOverwrite) {
   std::filesystem::create_directories(dir.path() / "notes");
   testing::write_file(dir.file("notes/readme.txt"), "mine");
   testing::write_file(dir.file("a_file"), "mine too");
-  const auto step_before = snapshot(step), hf_before = snapshot(dir.path() / "hf");
+  const auto step_before = hf_snapshot(step), hf_before = hf_snapshot(dir.path() / "hf");
 
   // The whole output is the one error line: nothing was read or written before the refusal.
   auto expect_refused = [&](const std::vector<std::string>& args, const std::string& needle) {
@@ -197,8 +197,8 @@ TEST(CliHf, ImportAndExportRefuseANonEmptyOutputUnlessOverwrite) {
   expect_refused(with(export_step, {step.string()}), "checkpoint export: --output " + step.string() + " already exists");
   expect_refused(with(export_step, {dir.file("notes")}), dir.file("notes") + " already exists and is not empty");
   expect_refused(with(export_step, {dir.file("a_file"), "--overwrite"}), "is not a directory");
-  EXPECT_EQ(snapshot(step), step_before);
-  EXPECT_EQ(snapshot(dir.path() / "hf"), hf_before);
+  EXPECT_EQ(hf_snapshot(step), step_before);
+  EXPECT_EQ(hf_snapshot(dir.path() / "hf"), hf_before);
   EXPECT_EQ(testing::read_file(dir.file("notes/readme.txt")), "mine");
   EXPECT_EQ(testing::read_file(dir.file("a_file")), "mine too");
 

@@ -33,8 +33,8 @@ using testing::RunResult;
 using testing::TempDir;
 using testing::run_ctitan;
 
-const char* kNoPython = "no venv Python (CTITAN_PYTHON is empty): transformers is the reference";
-const std::string kScript = std::string(CTITAN_SOURCE_DIR) + "/tests/cli/hf_transformers_reference.py";
+const char* kNoTransformersPython = "no venv Python (CTITAN_PYTHON is empty): transformers is the reference";
+const std::string kTransformersScript = std::string(CTITAN_SOURCE_DIR) + "/tests/cli/hf_transformers_reference.py";
 
 // Logits tolerance, |ours - transformers| <= kLogitTol * max(1, max |logit|), elementwise.
 // Both sides are fp32 on CPU with bitwise-identical weights (fp32 export; the q/k row permutation
@@ -60,7 +60,7 @@ struct Compared {
 // stderr, and transformers prints progress bars).
 nlohmann::json reference(const TempDir& dir, const std::string& name, std::vector<std::string> args) {
   auto out = dir.file(name + ".json");
-  args.insert(args.begin(), kScript);
+  args.insert(args.begin(), kTransformersScript);
   args.push_back("--out");
   args.push_back(out);
   RunResult r = testing::run_python(args);
@@ -73,7 +73,7 @@ nlohmann::json reference(const TempDir& dir, const std::string& name, std::vecto
 }
 
 // The JSON object `generate --json` prints as its last line.
-nlohmann::json json_result(const RunResult& r) {
+nlohmann::json transformers_json_result(const RunResult& r) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   auto end = r.output.find_last_not_of('\n');
   auto start = r.output.rfind('\n', end);
@@ -126,16 +126,16 @@ Compared compare(const torch::Tensor& ours, const nlohmann::json& theirs) {
 
 // The tiny job (dim 64, 2 layers, 4 heads, vocab 32, learns the cycle 0..15), trained once per
 // test binary and exported in fp32 with the library.
-struct Trained {
+struct TrainedExport {
   TempDir dir;
   StateDict state;
   models::llama::ModelArgs args;
   fs::path hf;
 };
-const Trained& trained() {
+const TrainedExport& trained() {
   // Destroyed at exit, which removes its directory.
-  static const std::unique_ptr<Trained> t = [] {
-    auto t = std::make_unique<Trained>();
+  static const std::unique_ptr<TrainedExport> t = [] {
+    auto t = std::make_unique<TrainedExport>();
     train::Trainer trainer(testing::tiny_job_config(t->dir.path()));
     trainer.train();
     auto states = trainer.state_dicts();  // by value: a range-for over .at() of the temporary would dangle
@@ -154,7 +154,7 @@ const std::vector<int64_t> kTinyIds{3, 4, 5, 6, 7, 20, 31, 0, 1, 2, 9, 9, 15, 16
 
 // (a) transformers loads our export and computes our logits.
 TEST(CliHfTransformers, ExportedTinyJobLogitsMatchTransformers) {
-  if (!testing::have_python()) GTEST_SKIP() << kNoPython;
+  if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
   const auto& t = trained();
   TempDir work;
   auto ref = reference(work, "logits", {"logits", "--model", t.hf.string(), "--ids", ids_arg(kTinyIds)});
@@ -170,7 +170,7 @@ TEST(CliHfTransformers, ExportedTinyJobLogitsMatchTransformers) {
 
 // (b) `ctitan generate --temperature 0` (KV-cached) picks the ids transformers' argmax picks.
 TEST(CliHfTransformers, GenerateGreedyIdsMatchTransformers) {
-  if (!testing::have_python()) GTEST_SKIP() << kNoPython;
+  if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
   const auto& t = trained();
   TempDir work;
   // On the cycle, and off it (tokens never trained on: the model's choice is its own, not the data's).
@@ -179,7 +179,7 @@ TEST(CliHfTransformers, GenerateGreedyIdsMatchTransformers) {
   auto ref = reference(work, "greedy", {"greedy", "--model", t.hf.string(), "--ids", prompts[0], prompts[1], "--n", n});
   ASSERT_FALSE(ref.is_null());
   for (size_t i = 0; i < prompts.size(); ++i) {
-    auto ours = json_result(run_ctitan({"generate", "--checkpoint", t.hf.string(), "--prompt-ids", prompts[i],
+    auto ours = transformers_json_result(run_ctitan({"generate", "--checkpoint", t.hf.string(), "--prompt-ids", prompts[i],
                                         "--max-new-tokens", n, "--temperature", "0", "--json"}));
     expect_same_greedy_ids(ours, ref["runs"][i], "tiny job, prompt " + prompts[i]);
   }
@@ -215,7 +215,7 @@ void expect_imported_logits_match(const TempDir& work, const fs::path& hf_dir, c
 // (c) A model saved by transformers itself (GQA 4/2 heads, rope_theta 10000, rms_norm_eps 1e-6:
 // transformers' defaults, not ctitan's), exactly as save_pretrained writes it.
 TEST(CliHfTransformers, TransformersSavedGqaModelImportsWithSameLogits) {
-  if (!testing::have_python()) GTEST_SKIP() << kNoPython;
+  if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
   TempDir work;
   auto saved = work.path() / "saved";
   ASSERT_FALSE(reference(work, "save", {"save-random", "--dir", saved.string()}).is_null());
@@ -234,7 +234,7 @@ TEST(CliHfTransformers, TransformersSavedGqaModelImportsWithSameLogits) {
 // Llama checkpoints carry, so the import's weights and conventions are checked whatever the
 // config reader does with 5.x keys.
 TEST(CliHfTransformers, LegacyConfigGqaModelImportsWithSameLogits) {
-  if (!testing::have_python()) GTEST_SKIP() << kNoPython;
+  if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
   TempDir work;
   auto saved = work.path() / "saved";
   ASSERT_FALSE(reference(work, "save", {"save-random", "--dir", saved.string(), "--legacy-config"}).is_null());
@@ -244,7 +244,7 @@ TEST(CliHfTransformers, LegacyConfigGqaModelImportsWithSameLogits) {
 // (c, tied) tie_word_embeddings: save_pretrained writes no lm_head.weight; the import must reuse
 // the embeddings as the head.
 TEST(CliHfTransformers, TiedEmbeddingsModelImportsWithSameLogits) {
-  if (!testing::have_python()) GTEST_SKIP() << kNoPython;
+  if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
   TempDir work;
   auto saved = work.path() / "saved";
   auto save = reference(work, "save", {"save-random", "--dir", saved.string(), "--legacy-config", "--tie", "--seed", "1"});
@@ -257,7 +257,7 @@ TEST(CliHfTransformers, TiedEmbeddingsModelImportsWithSameLogits) {
 // (c, CLI) `ctitan checkpoint import` into a step directory, then `ctitan generate` from it,
 // against transformers' greedy ids on the original HF directory.
 TEST(CliHfTransformers, CheckpointImportThenGenerateMatchesTransformers) {
-  if (!testing::have_python()) GTEST_SKIP() << kNoPython;
+  if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
   TempDir work;
   auto saved = work.path() / "saved";
   ASSERT_FALSE(reference(work, "save", {"save-random", "--dir", saved.string(), "--legacy-config", "--seed", "2"})
@@ -269,7 +269,7 @@ TEST(CliHfTransformers, CheckpointImportThenGenerateMatchesTransformers) {
   const std::string prompt = "5,77,140,3,250";
   auto ref = reference(work, "greedy", {"greedy", "--model", saved.string(), "--ids", prompt, "--n", "16"});
   ASSERT_FALSE(ref.is_null());
-  auto ours = json_result(run_ctitan({"generate", "--checkpoint", step.string(), "--prompt-ids", prompt,
+  auto ours = transformers_json_result(run_ctitan({"generate", "--checkpoint", step.string(), "--prompt-ids", prompt,
                                       "--max-new-tokens", "16", "--temperature", "0", "--json"}));
   expect_same_greedy_ids(ours, ref["runs"][0], "imported step dir");
 
@@ -291,7 +291,7 @@ TEST(CliHfTransformers, CheckpointImportThenGenerateMatchesTransformers) {
 // (d) The safetensors library reads every tensor of our export, fp32 single file and bf16
 // shards, with the right names, shapes, dtypes and values.
 TEST(CliHfTransformers, SafetensorsLibraryReadsEveryExportedTensor) {
-  if (!testing::have_python()) GTEST_SKIP() << kNoPython;
+  if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
   const auto& t = trained();
   TempDir work;
   auto bf16 = work.path() / "bf16";

@@ -19,7 +19,7 @@ using testing::TempDir;
 using testing::concat;
 using testing::read_jsonl;
 
-std::string last_line(const std::string& text) {
+std::string last_output_line(const std::string& text) {
   auto end = text.find_last_not_of('\n');
   auto start = text.rfind('\n', end);
   return text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
@@ -28,7 +28,7 @@ std::string last_line(const std::string& text) {
 // A failed run: the expected exit code, and a last line "ctitan: ..." naming the culprit.
 void expect_clean_failure(const RunResult& r, int exit_code, const std::string& needle) {
   EXPECT_EQ(r.exit_code, exit_code) << r.output;
-  auto line = last_line(r.output);
+  auto line = last_output_line(r.output);
   EXPECT_EQ(line.rfind("ctitan: ", 0), 0u) << r.output;
   EXPECT_NE(line.find(needle), std::string::npos) << "last line: " << line;
   EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;

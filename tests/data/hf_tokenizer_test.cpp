@@ -17,8 +17,8 @@ namespace ctitan::data {
 namespace {
 
 using testing::TempDir;
-const char* kNoPython = "no venv Python: Hugging Face's tokenizers library is the reference";
-const std::string kScript = std::string(CTITAN_SOURCE_DIR) + "/tests/data/hf_tokenizers_reference.py";
+const char* kNoTokenizersPython = "no venv Python: Hugging Face's tokenizers library is the reference";
+const std::string kTokenizersScript = std::string(CTITAN_SOURCE_DIR) + "/tests/data/hf_tokenizers_reference.py";
 
 // The corpus as the script reads it, with the split pattern ctitan uses (the very string, so
 // both sides split alike by construction and the test is about BPE and the file format).
@@ -47,14 +47,14 @@ TEST(ByteLevel, SpellsEveryByteAndBack) {
 // form (ByteLevel's own regex, merges without ignore_merges, one <|endoftext|>): ctitan's ids
 // for every document equal `tokenizers`'.
 TEST(HfTokenizerJson, ReadsWhatTokenizersWritesWithEqualIds) {
-  if (!testing::have_python()) GTEST_SKIP() << kNoPython;
+  if (!testing::have_python()) GTEST_SKIP() << kNoTokenizersPython;
   TempDir dir;
   auto corpus = write_corpus(dir);
   for (std::string style : {"llama3", "gpt2"}) {
     SCOPED_TRACE(style);
     auto out = dir.path() / style;
     std::filesystem::create_directories(out);
-    auto r = testing::run_python({kScript, "train", corpus, style, "700", out.string()});
+    auto r = testing::run_python({kTokenizersScript, "train", corpus, style, "700", out.string()});
     ASSERT_EQ(r.exit_code, 0) << r.output;
     Tokenizer tok = Tokenizer::load(out.string());  // a directory with tokenizer.json
     auto expected = nlohmann::json::parse(testing::read_file((out / "ids.json").string()))["ids"];
@@ -79,12 +79,12 @@ TEST(HfTokenizerJson, ReadsWhatTokenizersWritesWithEqualIds) {
 // ctitan's BOS/EOS and prepends BOS; ctitan reads its own tokenizer.json back (Hugging Face's
 // merge rule now) with the same ids.
 TEST(HfTokenizerJson, WritesWhatTokenizersAndTransformersReadWithEqualIds) {
-  if (!testing::have_python()) GTEST_SKIP() << kNoPython;
+  if (!testing::have_python()) GTEST_SKIP() << kNoTokenizersPython;
   TempDir dir;
   Tokenizer tok = train_bpe(testing::make_corpus(), {700});
   write_hf_tokenizer_files(tok, dir.path());
   auto corpus = write_corpus(dir);
-  auto r = testing::run_python({kScript, "encode", corpus, dir.path().string(), dir.file("out.json")});
+  auto r = testing::run_python({kTokenizersScript, "encode", corpus, dir.path().string(), dir.file("out.json")});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto out = nlohmann::json::parse(testing::read_file(dir.file("out.json")));
   auto ids = encode_all(tok);
@@ -111,7 +111,7 @@ TEST(HfTokenizerJson, WritesWhatTokenizersAndTransformersReadWithEqualIds) {
 // becomes [ab][c], not [a][bc]); ignore_merges (on: the piece "abc", a token that no merge
 // makes, is taken whole; off: merges decide); an empty merge list (nothing merges at all).
 TEST(HfTokenizerJson, MergeRulesMatchTokenizersOnAHandMadeFile) {
-  if (!testing::have_python()) GTEST_SKIP() << kNoPython;
+  if (!testing::have_python()) GTEST_SKIP() << kNoTokenizersPython;
   TempDir dir;
   nlohmann::json vocab = nlohmann::json::object();
   for (int b = 0; b < 256; ++b) vocab[byte_level_encode(std::string(1, char(b)))] = b;
@@ -146,7 +146,7 @@ TEST(HfTokenizerJson, MergeRulesMatchTokenizersOnAHandMadeFile) {
           {"model", {{"type", "BPE"}, {"ignore_merges", ignore_merges}, {"vocab", vocab}, {"merges", merges}}}};
       auto path = dir.file(fmt::format("case{}.json", case_no++));
       testing::write_file(path, j.dump());
-      auto r = testing::run_python({kScript, "ids", dir.file("corpus.json"), path, dir.file("ids.json")});
+      auto r = testing::run_python({kTokenizersScript, "ids", dir.file("corpus.json"), path, dir.file("ids.json")});
       ASSERT_EQ(r.exit_code, 0) << r.output;
       auto expected = nlohmann::json::parse(testing::read_file(dir.file("ids.json")))["ids"];
       Tokenizer tok = Tokenizer::load(path);

@@ -112,17 +112,9 @@ std::vector<std::string> reference_train(const std::vector<std::string>& texts, 
   return tokens;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  return buffer.str();
-}
+using testing::read_file;
 
-void write_file(const std::string& path, const std::string& contents) {
-  std::ofstream file(path, std::ios::binary);
-  file << contents;
-}
+using testing::write_file;
 
 // Texts every tokenizer must round-trip byte for byte.
 const std::vector<std::string> kRoundTripTexts = {

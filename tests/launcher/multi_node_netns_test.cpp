@@ -64,7 +64,7 @@ class TwoHosts {
   std::string why_not;  // non-empty: the hosts could not be built
 };
 
-Args node_args(const TwoHosts& hosts, int node_rank, int port, const Args& extra) {
+Args host_node_args(const TwoHosts& hosts, int node_rank, int port, const Args& extra) {
   return concat({"run", "--nnodes", "2", "--node-rank", std::to_string(node_rank), "--nproc-per-node", "1",
                  "--master-addr", hosts.addrs[0], "--master-port", std::to_string(port), "--rdzv-timeout", "60"},
                 extra);
@@ -79,8 +79,8 @@ TEST(CliMultiNode, FsdpAcrossTwoHostsMatchesOneProcess) {
   int port = testing::free_port();
   auto train = concat(concat({"train"}, testing::tiny_job_args(dir.path())),
                       concat(testing::kThirtySteps, kFsdpOverBothHosts));
-  pid_t node1 = hosts.spawn(1, node_args(hosts, 1, port, train), dir.file("node1.txt"));
-  pid_t node0 = hosts.spawn(0, node_args(hosts, 0, port, train), dir.file("node0.txt"));
+  pid_t node1 = hosts.spawn(1, host_node_args(hosts, 1, port, train), dir.file("node1.txt"));
+  pid_t node0 = hosts.spawn(0, host_node_args(hosts, 0, port, train), dir.file("node0.txt"));
   int code0 = testing::wait_exit_or_kill(node0, 240), code1 = testing::wait_exit_or_kill(node1, 60);
   auto log0 = testing::read_file(dir.file("node0.txt"));
   ASSERT_EQ(code0, 0) << log0;
@@ -111,8 +111,8 @@ TEST(CliMultiNode, LostHostIsNamedBySurvivor) {
                       concat(kFsdpOverBothHosts, {"--training.steps", "100000", "--metrics.log_freq", "1",
                                                   "--comm.train_timeout_seconds", "600"}));
   auto heartbeat = Args{"--heartbeat-timeout", "3", "--term-timeout", "2"};
-  pid_t node1 = hosts.spawn(1, node_args(hosts, 1, port, concat(heartbeat, train)), dir.file("node1.txt"));
-  pid_t node0 = hosts.spawn(0, node_args(hosts, 0, port, concat(heartbeat, train)), dir.file("node0.txt"));
+  pid_t node1 = hosts.spawn(1, host_node_args(hosts, 1, port, concat(heartbeat, train)), dir.file("node1.txt"));
+  pid_t node0 = hosts.spawn(0, host_node_args(hosts, 0, port, concat(heartbeat, train)), dir.file("node0.txt"));
   // Three complete metrics rows (a row being written has no newline yet).
   auto rows_written = [&] {
     auto text = testing::read_file(dir.file("metrics.jsonl"));

@@ -174,7 +174,7 @@ TEST(JobEstimate, PipelineBubble) {
   EXPECT_NEAR(many.bubble_seconds / busy(many), 7.0 / 64.0, 1e-12);
 }
 
-void expect_input_error(const std::function<void()>& f, const std::string& needle) {
+void expect_estimate_input_error(const std::function<void()>& f, const std::string& needle) {
   try {
     f();
     ADD_FAILURE() << "no error; expected one naming " << needle;
@@ -190,17 +190,17 @@ TEST(JobEstimate, RejectsBadInputNamingTheFlag) {
   job.seq_len = 8192;
   const auto gpu = hardware_profile("h100");
   job.degrees.tp = 3;
-  expect_input_error([&] { validate_job(job, gpu); }, "--tp 3");
+  expect_estimate_input_error([&] { validate_job(job, gpu); }, "--tp 3");
   job.degrees.tp = 16;  // divides the 32 query heads, not the 8 kv heads
-  expect_input_error([&] { validate_job(job, gpu); }, "model.n_kv_heads");
+  expect_estimate_input_error([&] { validate_job(job, gpu); }, "model.n_kv_heads");
   job.degrees.tp = 2;
-  expect_input_error([&] { validate_job(job, cpu_profile()); }, "--tp and --pp");
+  expect_estimate_input_error([&] { validate_job(job, cpu_profile()); }, "--tp and --pp");
   job.degrees.tp = 1;
   job.degrees.pp = 4;
   job.local_batch_size = 4;
   job.pp_microbatches = 2;
-  expect_input_error([&] { validate_job(job, gpu); }, "--pp-microbatches 2");
-  expect_input_error([] { hardware_profile("a100"); }, "--hardware 'a100'");
+  expect_estimate_input_error([&] { validate_job(job, gpu); }, "--pp-microbatches 2");
+  expect_estimate_input_error([] { hardware_profile("a100"); }, "--hardware 'a100'");
 }
 
 // ---------------------------------------------------------------------------------------------

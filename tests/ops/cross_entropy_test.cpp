@@ -14,22 +14,22 @@ std::vector<torch::Tensor> inputs(int64_t N, int64_t V, torch::ScalarType dtype)
   return {(3 * torch::randn({N, V})).to(dtype), labels};
 }
 
-torch::Tensor fused(const std::vector<torch::Tensor>& x) { return cross_entropy_sum(x[0], x[1], kIgnore); }
-torch::Tensor reference(const std::vector<torch::Tensor>& x) {
+torch::Tensor fused_ce(const std::vector<torch::Tensor>& x) { return cross_entropy_sum(x[0], x[1], kIgnore); }
+torch::Tensor reference_ce(const std::vector<torch::Tensor>& x) {
   return cross_entropy_sum_reference(x[0], x[1], kIgnore);
 }
 
 // fp32 all the way on both sides; the exp polynomial (2 ulp) and summation order differ: 1e-5.
 TEST(FusedCrossEntropy, MatchesReferenceFp32) {
   torch::manual_seed(0);
-  testing::expect_op_matches(fused, reference, inputs(300, 2048, torch::kFloat), 1e-5);
+  testing::expect_op_matches(fused_ce, reference_ce, inputs(300, 2048, torch::kFloat), 1e-5);
 }
 
 // bf16 logits: both sides read the same bf16 values and do fp32 math; the fused gradient is
 // rounded to bf16 once (0.4%) where the reference rounds fp32 -> bf16 after its own chain: 1%.
 TEST(FusedCrossEntropy, MatchesReferenceBf16) {
   torch::manual_seed(1);
-  testing::expect_op_matches(fused, reference, inputs(200, 3001, torch::kBFloat16), 1e-2);
+  testing::expect_op_matches(fused_ce, reference_ce, inputs(200, 3001, torch::kBFloat16), 1e-2);
 }
 
 TEST(FusedCrossEntropy, AllRowsIgnoredGivesZeroLossAndGradient) {

@@ -27,7 +27,7 @@ int64_t tagged_total(const metrics::MemoryStats& s) {
   return std::accumulate(s.tagged_bytes.begin(), s.tagged_bytes.end(), int64_t(0));
 }
 
-models::llama::ModelArgs tiny_args() {
+models::llama::ModelArgs fsdp_tiny_args() {
   models::llama::ModelArgs args;
   args.dim = 128;  // blocks of 721 KiB
   args.n_layers = 3;
@@ -59,7 +59,7 @@ struct OneRankFsdp {
     group = distributed::Communicator::create(testing::in_memory_store(), "dp", 0, 1, std::chrono::seconds(60),
                                               "127.0.0.1");
     torch::manual_seed(3);
-    model = models::llama::Transformer(tiny_args());
+    model = models::llama::Transformer(fsdp_tiny_args());
     models::llama::init_weights(*model);
     group_bytes.push_back(parameter_bytes(*model->tok_embeddings));
     for (auto* block : model->blocks()) group_bytes.push_back(parameter_bytes(*block));

@@ -27,16 +27,16 @@ std::vector<std::string> pp2(const std::string& schedule) {
   return {"--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_schedule", schedule};
 }
 
-const std::vector<std::string> kBatch4 = {"--training.local_batch_size", "4"};
+const std::vector<std::string> kPpBatch4 = {"--training.local_batch_size", "4"};
 
-TEST(CliPipelineParallel, GPipeMatchesOneProcess) { expect_parity("PP(2) GPipe", 2, concat(pp2("GPipe"), kBatch4)); }
+TEST(CliPipelineParallel, GPipeMatchesOneProcess) { expect_parity("PP(2) GPipe", 2, concat(pp2("GPipe"), kPpBatch4)); }
 
 // Four stages of one slot each, two per rank: [tok_embeddings] [layers.0] [layers.1] [norm, output].
 TEST(CliPipelineParallel, Interleaved1F1BMatchesOneProcess) {
-  expect_parity("PP(2) Interleaved1F1B", 2, concat(pp2("Interleaved1F1B"), kBatch4));
+  expect_parity("PP(2) Interleaved1F1B", 2, concat(pp2("Interleaved1F1B"), kPpBatch4));
 }
 
-TEST(CliPipelineParallel, OneFOneBMatchesOneProcess) { expect_parity("PP(2) 1F1B", 2, concat(pp2("1F1B"), kBatch4)); }
+TEST(CliPipelineParallel, OneFOneBMatchesOneProcess) { expect_parity("PP(2) 1F1B", 2, concat(pp2("1F1B"), kPpBatch4)); }
 
 // Two schedule runs per step (global batch 8 over local batches of 4) against one batch of 8:
 // the accumulated gradient is neither averaged per run nor per microbatch.
@@ -79,7 +79,7 @@ TEST(CliPipelineParallel, PpTwoByDdpTwoMatchesOneProcess) {
 // parallel on the last stage, the norms' gradients summed over tp, the grad norm over tp and pp.
 TEST(CliPipelineParallel, PpTwoByTpTwoMatchesOneProcess) {
   expect_parity("PP(2)xTP(2) 1F1B", 4,
-                concat(concat(pp2("1F1B"), testing::degrees(1, 1, 2)), kBatch4));
+                concat(concat(pp2("1F1B"), testing::degrees(1, 1, 2)), kPpBatch4));
 }
 
 // Interleaved1F1B composed: each of a rank's two stages is its own model part with its own FSDP,
@@ -160,7 +160,7 @@ TEST(CliPipelineParallel, HfExportOfAPpCheckpointEqualsOneProcess) {
   if (!testing::have_python()) GTEST_SKIP() << "no venv Python (CTITAN_PYTHON is empty): safetensors reads the exports";
   auto result = testing::compare_hf_exports(
       2, pp2("1F1B"),
-      concat(kBatch4, {"--training.steps", "4", "--checkpoint.enable", "true", "--checkpoint.interval", "4"}));
+      concat(kPpBatch4, {"--training.steps", "4", "--checkpoint.enable", "true", "--checkpoint.interval", "4"}));
   std::cout << "HF export of PP(2) vs 1 process after 4 steps: " << result.tensors << " tensors, max relative difference "
             << result.worst << "\n";
   EXPECT_EQ(result.tensors, 2 + 1 + 2 * 9);  // embed, lm_head, final norm; 9 per layer
@@ -169,7 +169,7 @@ TEST(CliPipelineParallel, HfExportOfAPpCheckpointEqualsOneProcess) {
 
 // `ctitan run` exits 1 when its ranks failed (torchrun's convention), after each rank printed
 // the one line.
-void expect_refusal(const std::vector<std::string>& args, const std::string& message) {
+void expect_cli_refusal(const std::vector<std::string>& args, const std::string& message) {
   testing::TempDir dir;
   auto r = testing::run_ctitan(
       concat(concat({"run", "--nproc-per-node", "2", "--master-port", "0", "train"}, testing::tiny_job_args(dir.path())),
@@ -180,18 +180,18 @@ void expect_refusal(const std::vector<std::string>& args, const std::string& mes
 
 TEST(CliPipelineParallel, RefusalsAreOneLineBeforeTraining) {
   // 1F1B deadlocks with fewer microbatches than stages (torchtitan #775): refused, GPipe offered.
-  expect_refusal(concat(pp2("1F1B"), {"--training.local_batch_size", "1"}),
+  expect_cli_refusal(concat(pp2("1F1B"), {"--training.local_batch_size", "1"}),
                  "parallelism.pipeline_parallel_schedule 1F1B needs at least as many microbatches as stages: "
                  "training.local_batch_size 1 / pipeline_parallel_microbatch_size 1 = 1 microbatches for 2 stages");
-  expect_refusal(concat(pp2("GPipe"), {"--parallelism.pipeline_parallel_microbatch_size", "3"}),
+  expect_cli_refusal(concat(pp2("GPipe"), {"--parallelism.pipeline_parallel_microbatch_size", "3"}),
                  "parallelism.pipeline_parallel_microbatch_size 3 does not divide training.local_batch_size 4");
-  expect_refusal(pp2("ZBVZeroBubble"), "parallelism.pipeline_parallel_schedule must be one of GPipe, 1F1B, "
+  expect_cli_refusal(pp2("ZBVZeroBubble"), "parallelism.pipeline_parallel_schedule must be one of GPipe, 1F1B, "
                                        "Interleaved1F1B (got 'ZBVZeroBubble'");
-  expect_refusal(concat(pp2("1F1B"), {"--parallelism.tensor_parallel_degree", "2"}),
+  expect_cli_refusal(concat(pp2("1F1B"), {"--parallelism.tensor_parallel_degree", "2"}),
                  "does not equal the world size 2");
-  expect_refusal(concat(pp2("Interleaved1F1B"), {"--parallelism.pipeline_parallel_layers_per_stage", "2"}),
+  expect_cli_refusal(concat(pp2("Interleaved1F1B"), {"--parallelism.pipeline_parallel_layers_per_stage", "2"}),
                  "parallelism.pipeline_parallel_schedule Interleaved1F1B needs at least 2 stages per rank");
-  expect_refusal(concat(pp2("1F1B"), {"--parallelism.module_fqns_per_model_part",
+  expect_cli_refusal(concat(pp2("1F1B"), {"--parallelism.module_fqns_per_model_part",
                                       R"([["tok_embeddings", "layers.1"], ["layers.0", "norm", "output"]])"}),
                  "parallelism.module_fqns_per_model_part part 0: 'layers.1' where 'layers.0' comes next");
 }

@@ -20,16 +20,16 @@ using testing::expect_parity;
 using testing::kThirtySteps;
 using testing::Rows;
 
-const std::vector<std::string> kBatch4 = {"--training.local_batch_size", "4"};
+const std::vector<std::string> kTpBatch4 = {"--training.local_batch_size", "4"};
 const std::vector<std::string> kAsync = {"--parallelism.enable_async_tensor_parallel", "true"};
 
 TEST(CliTensorParallel, Tp2MatchesOneProcessWithLossParallel) {
-  expect_parity("TP(2) loss parallel", 2, concat(degrees(1, 1, 2), kBatch4));
+  expect_parity("TP(2) loss parallel", 2, concat(degrees(1, 1, 2), kTpBatch4));
 }
 
 TEST(CliTensorParallel, Tp2MatchesOneProcessWithGatheredLogits) {
   expect_parity("TP(2) gathered logits", 2,
-                concat(degrees(1, 1, 2), concat(kBatch4, {"--parallelism.disable_loss_parallel", "true"})));
+                concat(degrees(1, 1, 2), concat(kTpBatch4, {"--parallelism.disable_loss_parallel", "true"})));
 }
 
 // 2-D mesh: FSDP shards each rank's TP slices over dp_shard; the data splits over dp only.
@@ -56,14 +56,14 @@ TEST(CliTensorParallel, GradientAccumulationMatchesOneBigBatch) {
 // 33 rows over 2 ranks: 17 + 16 rows of tok_embeddings and output.
 TEST(CliTensorParallel, UnevenVocabMatchesOneProcess) {
   std::vector<std::string> vocab = {"--model.vocab_size", "33"};
-  expect_parity("TP(2) vocab 33", 2, concat(vocab, concat(degrees(1, 1, 2), kBatch4)), concat(vocab, kBatch4));
+  expect_parity("TP(2) vocab 33", 2, concat(vocab, concat(degrees(1, 1, 2), kTpBatch4)), concat(vocab, kTpBatch4));
 }
 
 // Async TP (fused, micro-pipelined collective matmuls) computes what TP computes, in sequence
 // chunks and with the q/k/v input gradients summed in another order: fp32 rounding, so the same
 // bound against one process as every other layout.
 TEST(CliTensorParallel, AsyncTp2MatchesOneProcess) {
-  expect_parity("async TP(2)", 2, concat(degrees(1, 1, 2), concat(kBatch4, kAsync)));
+  expect_parity("async TP(2)", 2, concat(degrees(1, 1, 2), concat(kTpBatch4, kAsync)));
 }
 
 // Under FSDP the fused calls read the gathered parameters, and full AC runs them (and their
@@ -79,7 +79,7 @@ TEST(CliTensorParallel, AsyncFsdpTwoByTpTwoWithFullAcMatchesOneProcess) {
 // calls' kept matmul chunks back and communicates again, as full AC does).
 TEST(CliTensorParallel, ActivationCheckpointingLossesEqualNoCheckpointingBitwise) {
   for (bool async : {false, true}) {
-    auto base = concat(degrees(1, 1, 2), concat(kBatch4, {"--training.steps", "6", "--metrics.log_freq", "1"}));
+    auto base = concat(degrees(1, 1, 2), concat(kTpBatch4, {"--training.steps", "6", "--metrics.log_freq", "1"}));
     if (async) base = concat(base, kAsync);
     auto none = testing::run_tiny_job(2, base);
     ASSERT_EQ(none.size(), 6u);
@@ -116,7 +116,7 @@ TEST(CliTensorParallel, Bf16StaysCloseToOneProcess) {
 // Each TP rank holds half of every linear, embedding and output, and whole norms: the model
 // state (parameters, gradients, AdamW moments; bytes of the tensors' storage) is about half.
 TEST(CliTensorParallel, ModelStatePerRankIsAboutHalfOfOneProcess) {
-  std::vector<std::string> common = concat(kBatch4, {"--training.steps", "2"});
+  std::vector<std::string> common = concat(kTpBatch4, {"--training.steps", "2"});
   auto single = testing::run_tiny_job(1, common);
   auto tp = testing::run_tiny_job(2, concat(common, degrees(1, 1, 2)));
   ASSERT_FALSE(single.empty());
@@ -136,7 +136,7 @@ TEST(CliTensorParallel, ModelStatePerRankIsAboutHalfOfOneProcess) {
 TEST(CliTensorParallel, HfExportOfATpCheckpointEqualsOneProcesss) {
   if (!testing::have_python()) GTEST_SKIP() << "no venv Python (CTITAN_PYTHON is empty): safetensors reads the exports";
   auto result = testing::compare_hf_exports(
-      2, degrees(1, 1, 2), concat(kBatch4, {"--training.steps", "4", "--checkpoint.enable", "true", "--checkpoint.interval", "4"}));
+      2, degrees(1, 1, 2), concat(kTpBatch4, {"--training.steps", "4", "--checkpoint.enable", "true", "--checkpoint.interval", "4"}));
   std::cout << "HF export of TP(2) vs 1 process after 4 steps: " << result.tensors << " tensors, max relative difference "
             << result.worst << "\n";
   EXPECT_EQ(result.tensors, 2 + 1 + 2 * 9);  // embed, lm_head, final norm; 9 per layer
@@ -145,7 +145,7 @@ TEST(CliTensorParallel, HfExportOfATpCheckpointEqualsOneProcesss) {
 
 // `train` exits 2 on a config error; `ctitan run` exits 1 when its ranks failed (torchrun's
 // convention), after each rank printed the one line.
-void expect_config_error(const std::vector<std::string>& head, const std::vector<std::string>& args,
+void expect_tp_config_error(const std::vector<std::string>& head, const std::vector<std::string>& args,
                          const std::string& message) {
   testing::TempDir dir;
   auto r = testing::run_ctitan(concat(concat(head, testing::tiny_job_args(dir.path())), args));
@@ -155,13 +155,13 @@ void expect_config_error(const std::vector<std::string>& head, const std::vector
 
 TEST(CliTensorParallel, DegreesTpCannotSplitAreOneLineErrors) {
   const std::vector<std::string> two = {"run", "--nproc-per-node", "2", "--master-port", "0", "train"};
-  expect_config_error(two, concat(degrees(1, 1, 2), {"--training.seq_len", "31"}),
+  expect_tp_config_error(two, concat(degrees(1, 1, 2), {"--training.seq_len", "31"}),
                       "training.seq_len (sequence parallel splits it) 31 is not divisible by "
                       "parallelism.tensor_parallel_degree 2");
-  expect_config_error(two, concat(degrees(1, 1, 2), {"--model.n_heads", "1", "--model.dim", "64"}),
+  expect_tp_config_error(two, concat(degrees(1, 1, 2), {"--model.n_heads", "1", "--model.dim", "64"}),
                       "model.n_heads 1 is not divisible by parallelism.tensor_parallel_degree 2");
   // One process cannot hold two tp ranks: the degrees must multiply to the world size.
-  expect_config_error({"train"}, degrees(1, 1, 2), "does not equal the world size 1");
+  expect_tp_config_error({"train"}, degrees(1, 1, 2), "does not equal the world size 1");
 }
 
 }  // namespace

@@ -20,13 +20,13 @@ namespace ctitan::parallel::tp {
 namespace {
 
 constexpr int kRanks = 2;
-constexpr auto kConnectTimeout = std::chrono::seconds(60);
+constexpr auto kTpConnectTimeout = std::chrono::seconds(60);
 
 // Runs body(group) on kRanks thread ranks of one group; "" when every rank returned normally.
 std::string on_tp_ranks(const std::function<void(distributed::Communicator&)>& body) {
   auto store = testing::in_memory_store();
   return testing::rank_errors(testing::on_thread_ranks(kRanks, [&](int rank) {
-    auto group = distributed::Communicator::create(store, "tp", rank, kRanks, kConnectTimeout, "127.0.0.1");
+    auto group = distributed::Communicator::create(store, "tp", rank, kRanks, kTpConnectTimeout, "127.0.0.1");
     body(*group);
   }));
 }
@@ -184,7 +184,7 @@ TEST(TensorParallel, VocabParallelCrossEntropyEqualsTorchsAndItsGradient) {
   }), "");
 }
 
-models::llama::ModelArgs tiny_args() {
+models::llama::ModelArgs tp_tiny_args() {
   models::llama::ModelArgs args;
   args.dim = 64;
   args.n_layers = 2;
@@ -204,7 +204,7 @@ models::llama::ModelArgs tiny_args() {
 // while a norm gradient not summed over tp (a classic TP bug) is off by ~50% and fails. Async TP
 // must also have fused every column-wise projection (none ran its plain forward).
 TEST(TensorParallel, Tp2ModelLossAndGradientsEqualTheUnshardedModel) {
-  auto args = tiny_args();
+  auto args = tp_tiny_args();
   torch::manual_seed(11);
   models::llama::Transformer reference(args);
   models::llama::init_weights(*reference);

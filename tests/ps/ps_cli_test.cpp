@@ -23,7 +23,7 @@ std::vector<std::string> launch(int nproc) {
   return {"run", "--nproc-per-node", std::to_string(nproc), "--master-port", "0"};
 }
 
-std::string trimmed(std::string text) {
+std::string trimmed_text(std::string text) {
   while (!text.empty() && text.back() == '\n') text.pop_back();
   return text;
 }
@@ -318,7 +318,7 @@ TEST(CliPs, BadConfigsFailWithOneLine) {
     auto r = testing::run_ctitan(concat(concat({"ps"}, job), c.args));
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_EQ(r.output.rfind(c.line, 0), 0u) << r.output;
-    EXPECT_EQ(trimmed(r.output).find('\n'), std::string::npos) << r.output;
+    EXPECT_EQ(trimmed_text(r.output).find('\n'), std::string::npos) << r.output;
   }
   // Under the launcher every rank refuses it (the same line), and the run fails.
   for (const auto& c : std::vector<Case>{

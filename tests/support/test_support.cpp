@@ -30,6 +30,12 @@ void write_file(const std::string& path, const std::string& text) {
   out << text;
 }
 
+void flip_byte(const std::filesystem::path& path, size_t at) {
+  auto bytes = read_file(path.string());
+  bytes[at] = char(bytes[at] ^ 0x10);
+  write_file(path.string(), bytes);
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;

@@ -21,6 +21,8 @@ class TempDir {
 
 void write_file(const std::string& path, const std::string& text);
 std::string read_file(const std::string& path);
+// XORs one bit of the byte at offset `at` of `path`: damage that a checksum must catch.
+void flip_byte(const std::filesystem::path& path, size_t at);
 
 // Deterministic English-like text generated from a small word list: `n_docs` documents
 // separated by strfile "%" lines. Tests never ship third-party text.

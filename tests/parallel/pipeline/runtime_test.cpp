@@ -17,7 +17,7 @@ namespace {
 using models::llama::ModelArgs;
 using models::llama::Transformer;
 
-ModelArgs tiny_args() {
+ModelArgs pp_tiny_args() {
   ModelArgs args;
   args.dim = 32;
   args.n_layers = 4;
@@ -58,7 +58,7 @@ Reference one_process(const ModelArgs& args, const torch::Tensor& inputs, const 
 }
 
 void expect_pipeline_equals_one_process(const std::string& schedule, int local_batch, int microbatch_size) {
-  const auto args = tiny_args();
+  const auto args = pp_tiny_args();
   const int64_t T = 8;
   torch::manual_seed(11);
   auto inputs = torch::randint(args.vocab_size, {local_batch, T}, torch::kLong);
@@ -123,7 +123,7 @@ TEST(PipelineRuntime, GPipeWithOneMicrobatchEqualsOneProcess) { expect_pipeline_
 
 // A copy has the same weights and leaves the default generator where it was.
 TEST(PipelineStageModel, CopyHasTheSameWeightsAndDrawsNoRandomNumbers) {
-  auto model = seeded_model(tiny_args());
+  auto model = seeded_model(pp_tiny_args());
   torch::manual_seed(7);
   torch::rand({4});
   auto copy = copy_model(*model);
@@ -138,7 +138,7 @@ TEST(PipelineStageModel, CopyHasTheSameWeightsAndDrawsNoRandomNumbers) {
 
 // A stage keeps its modules under their unsharded names and drops the rest with their parameters.
 TEST(PipelineStageModel, KeepsUnshardedNamesAndDropsTheRest) {
-  auto model = seeded_model(tiny_args());
+  auto model = seeded_model(pp_tiny_args());
   keep_stage_modules(*model, {"layers.2", "layers.3", "norm", "output"});
   std::vector<std::string> names;
   for (const auto& p : model->named_parameters()) names.push_back(p.key());

@@ -13,7 +13,7 @@ namespace {
 
 using Parts = std::vector<std::vector<std::string>>;
 
-PipelinePlanInput input(int n_layers, int pp, const std::string& schedule, int local_batch = 8, int microbatch = 1) {
+PipelinePlanInput plan_input(int n_layers, int pp, const std::string& schedule, int local_batch = 8, int microbatch = 1) {
   PipelinePlanInput in;
   in.n_layers = n_layers;
   in.pp = pp;
@@ -63,7 +63,7 @@ TEST(PipelineStageSplit, UnevenSlotsGoToTheFirstStages) {
 
 TEST(PipelineStageSplit, PlanDerivesStagesAndMicrobatches) {
   // Default: one stage per rank for 1F1B.
-  PipelinePlan one = plan_pipeline(input(6, 2, "1f1b", 8, 2));
+  PipelinePlan one = plan_pipeline(plan_input(6, 2, "1f1b", 8, 2));
   EXPECT_EQ(one.kind, ScheduleKind::k1F1B);
   EXPECT_EQ(one.shape.pp, 2);
   EXPECT_EQ(one.shape.stages_per_rank, 1);
@@ -74,20 +74,20 @@ TEST(PipelineStageSplit, PlanDerivesStagesAndMicrobatches) {
   EXPECT_TRUE(one.warning.empty());
 
   // Default: two per rank for Interleaved; the CLI's tiny job (2 layers) splits [tok] [l0] [l1] [norm, output].
-  PipelinePlan inter = plan_pipeline(input(2, 2, "Interleaved1F1B", 4));
+  PipelinePlan inter = plan_pipeline(plan_input(2, 2, "Interleaved1F1B", 4));
   EXPECT_EQ(inter.shape.stages_per_rank, 2);
   EXPECT_EQ(inter.module_fqns_per_stage, (Parts{{"tok_embeddings"}, {"layers.0"}, {"layers.1"}, {"norm", "output"}}));
   EXPECT_EQ(inter.stages_of_rank(0), (std::vector<int>{0, 2}));
   EXPECT_EQ(inter.stages_of_rank(1), (std::vector<int>{1, 3}));
 
   // layers_per_stage 1 with 6 layers: ceil(8 / 1) = 8 stages, 4 per rank, loop style.
-  PipelinePlanInput in = input(6, 2, "Interleaved1F1B");
+  PipelinePlanInput in = plan_input(6, 2, "Interleaved1F1B");
   in.layers_per_stage = 1;
   PipelinePlan deep = plan_pipeline(in);
   EXPECT_EQ(deep.shape.stages(), 8);
   EXPECT_EQ(deep.stages_of_rank(1), (std::vector<int>{1, 3, 5, 7}));
   // layers_per_stage 3 with 6 layers and pp 1: ceil(8 / 3) = 3 stages on one rank.
-  in = input(6, 1, "interleaved1f1b", 6);
+  in = plan_input(6, 1, "interleaved1f1b", 6);
   in.layers_per_stage = 3;
   EXPECT_EQ(plan_pipeline(in).module_fqns_per_stage,
             (Parts{{"tok_embeddings", "layers.0", "layers.1"}, {"layers.2", "layers.3", "layers.4"}, {"layers.5", "norm", "output"}}));
@@ -95,7 +95,7 @@ TEST(PipelineStageSplit, PlanDerivesStagesAndMicrobatches) {
 
 TEST(PipelineStageSplit, GPipeWithFewerMicrobatchesThanStagesRunsWithAWarning) {
   // (p - 1) / (m + p - 1) = 3 / 5.
-  PipelinePlan plan = plan_pipeline(input(6, 4, "GPipe", 2));
+  PipelinePlan plan = plan_pipeline(plan_input(6, 4, "GPipe", 2));
   EXPECT_EQ(plan.shape.microbatches, 2);
   EXPECT_NEAR(plan.simulation.idle_share[0], 0.6, 1e-12);
   EXPECT_EQ(plan.warning,
@@ -105,25 +105,25 @@ TEST(PipelineStageSplit, GPipeWithFewerMicrobatchesThanStagesRunsWithAWarning) {
 
 TEST(PipelineStageSplit, RefusalsByExactText) {
   // 2
-  expect_refusal(input(6, 2, "1F1B", 8, 3),
+  expect_refusal(plan_input(6, 2, "1F1B", 8, 3),
                  "parallelism.pipeline_parallel_microbatch_size 3 does not divide training.local_batch_size 8");
   // 3
-  expect_refusal(input(6, 4, "1F1B", 2, 1),
+  expect_refusal(plan_input(6, 4, "1F1B", 2, 1),
                  "parallelism.pipeline_parallel_schedule 1F1B needs at least as many microbatches as stages: "
                  "training.local_batch_size 2 / pipeline_parallel_microbatch_size 1 = 2 microbatches for 4 stages; raise "
                  "local_batch_size, lower pipeline_parallel_microbatch_size, or use GPipe");
   // 4
-  expect_refusal(input(6, 2, "Interleaved1F1B", 5, 1),
+  expect_refusal(plan_input(6, 2, "Interleaved1F1B", 5, 1),
                  "parallelism.pipeline_parallel_schedule Interleaved1F1B runs microbatches in rounds of "
                  "pipeline_parallel_degree 2: 5 microbatches do not split into 2 equal rounds; use a multiple of 2 (or "
                  "at most 2)");
   // 5
-  expect_refusal(input(2, 5, "GPipe", 5),
+  expect_refusal(plan_input(2, 5, "GPipe", 5),
                  "parallelism: 5 pipeline stages for 2 layers + 1 (embeddings, pipeline_parallel_first_stage_less_layers) "
                  "+ 1 (norm and output, pipeline_parallel_last_stage_less_layers) = 4 layer slots would leave a stage "
                  "empty; lower pipeline_parallel_degree or raise pipeline_parallel_layers_per_stage");
   // 6, both weights
-  PipelinePlanInput heavy = input(4, 4, "GPipe");
+  PipelinePlanInput heavy = plan_input(4, 4, "GPipe");
   heavy.first_stage_less_layers = 3;
   expect_refusal(heavy,
                  "parallelism.pipeline_parallel_first_stage_less_layers 3 is more than the 2 layer slots each of 4 stages "
@@ -134,38 +134,38 @@ TEST(PipelineStageSplit, RefusalsByExactText) {
                  "parallelism.pipeline_parallel_last_stage_less_layers 3 is more than the 2 layer slots each of 4 stages "
                  "gets (8 slots); lower it");
   // 7
-  PipelinePlanInput lps = input(6, 2, "Interleaved1F1B");
+  PipelinePlanInput lps = plan_input(6, 2, "Interleaved1F1B");
   lps.layers_per_stage = 3;
   expect_refusal(lps,
                  "parallelism.pipeline_parallel_layers_per_stage 3 gives ceil(8 / 3) = 3 stages, not a multiple of "
                  "pipeline_parallel_degree 2");
   // 8
-  lps = input(6, 2, "1F1B");
+  lps = plan_input(6, 2, "1F1B");
   lps.layers_per_stage = 2;
   expect_refusal(lps,
                  "parallelism.pipeline_parallel_schedule 1F1B runs one stage per rank, but "
                  "pipeline_parallel_layers_per_stage 2 gives 4 stages over pipeline_parallel_degree 2; use "
                  "Interleaved1F1B or pipeline_parallel_layers_per_stage >= 4");
   // 9
-  lps = input(6, 2, "interleaved1F1B");
+  lps = plan_input(6, 2, "interleaved1F1B");
   lps.layers_per_stage = 4;
   expect_refusal(lps,
                  "parallelism.pipeline_parallel_schedule Interleaved1F1B needs at least 2 stages per rank, but "
                  "pipeline_parallel_layers_per_stage 4 gives 2 stages over pipeline_parallel_degree 2; lower "
                  "pipeline_parallel_layers_per_stage");
   // 10
-  expect_refusal(input(6, 2, "ZBVZeroBubble"),
+  expect_refusal(plan_input(6, 2, "ZBVZeroBubble"),
                  "parallelism.pipeline_parallel_schedule must be one of GPipe, 1F1B, Interleaved1F1B (got "
                  "'ZBVZeroBubble'; torchtitan's LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble and DualPipeV are not "
                  "implemented)");
 }
 
 TEST(PipelineStageSplit, RefusesNonPositiveSizes) {
-  EXPECT_THROW(plan_pipeline(input(6, 2, "1F1B", 8, 0)), ConfigError);
-  PipelinePlanInput in = input(6, 2, "1F1B");
+  EXPECT_THROW(plan_pipeline(plan_input(6, 2, "1F1B", 8, 0)), ConfigError);
+  PipelinePlanInput in = plan_input(6, 2, "1F1B");
   in.layers_per_stage = 0;
   EXPECT_THROW(plan_pipeline(in), ConfigError);
-  in = input(6, 2, "1F1B");
+  in = plan_input(6, 2, "1F1B");
   in.first_stage_less_layers = -1;
   EXPECT_THROW(plan_pipeline(in), ConfigError);
 }
@@ -183,7 +183,7 @@ TEST(PipelineStageSplit, AcceptsExactlyWhatTheMicrobatchRulesAllow) {
         bool allowed = kind == ScheduleKind::kGPipe || (kind == ScheduleKind::k1F1B && m >= stages) ||
                        (kind == ScheduleKind::kInterleaved1F1B && m % std::max(1, m / pp) == 0);
         try {
-          PipelinePlan plan = plan_pipeline(input(16, pp, schedule, m));
+          PipelinePlan plan = plan_pipeline(plan_input(16, pp, schedule, m));
           EXPECT_TRUE(allowed);
           EXPECT_TRUE(plan.simulation.completed);
           EXPECT_EQ(plan.shape.stages(), stages);
@@ -193,7 +193,7 @@ TEST(PipelineStageSplit, AcceptsExactlyWhatTheMicrobatchRulesAllow) {
       }
     }
   }
-  expect_refusal(input(16, 4, "Interleaved1F1B", 9),
+  expect_refusal(plan_input(16, 4, "Interleaved1F1B", 9),
                  "parallelism.pipeline_parallel_schedule Interleaved1F1B runs microbatches in rounds of "
                  "pipeline_parallel_degree 4: 9 microbatches do not split into 2 equal rounds; use a multiple of 4 (or "
                  "at most 4)");
@@ -214,7 +214,7 @@ namespace ctitan::parallel::pipeline {
 namespace {
 
 PipelinePlanInput with_parts(const std::string& schedule, Parts parts) {
-  auto in = input(2, 2, schedule);
+  auto in = plan_input(2, 2, schedule);
   in.module_fqns_per_model_part = std::move(parts);
   return in;
 }
