@@ -7,6 +7,9 @@ set(CTITAN_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/ctitan)
 
 install(TARGETS ctitan_core EXPORT ctitanTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS ctitan RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(TARGET ctitan_cuda)  # beside bin/ as the build tree has it: cuda_module.cpp looks there
+  install(TARGETS ctitan_cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/src/ctitan DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
 # The links that put Debian's fmt/spdlog headers ahead of the torch wheel's bundled fmt.

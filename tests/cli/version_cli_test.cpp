@@ -30,5 +30,24 @@ TEST(CliVersion, NamesLibtorchCudaAndTheCpu) {
   EXPECT_NE(r.output.find(expected), std::string::npos) << r.output;
 }
 
+// libctitan_cuda.so holds what needs libtorch_cuda and is loaded only where an NVIDIA driver is
+// (src/ctitan/cuda/cuda_module.h). Forced with CTITAN_CUDA=1 it must load here too, where there is
+// no GPU, and resolve its entry points: the NCCL version comes from the wheel's libnccl through it.
+// CTITAN_CUDA=0 keeps it out even where a driver is.
+TEST(CliVersion, CudaModuleLoadsWhenAskedAndStaysOutWhenTold) {
+#ifndef CTITAN_WITH_NCCL
+  GTEST_SKIP() << "CPU libtorch: no libctitan_cuda.so to load";
+#else
+  auto forced = testing::run_program("/usr/bin/env", {"CTITAN_CUDA=1", CTITAN_BIN, "--version"});
+  ASSERT_EQ(forced.exit_code, 0) << forced.output;
+  EXPECT_NE(forced.output.find("CUDA: compiled in (libctitan_cuda.so, loaded); "), std::string::npos) << forced.output;
+  EXPECT_NE(forced.output.find("NCCL: compiled in, library 2."), std::string::npos) << forced.output;
+  auto refused = testing::run_program("/usr/bin/env", {"CTITAN_CUDA=0", CTITAN_BIN, "--version"});
+  ASSERT_EQ(refused.exit_code, 0) << refused.output;
+  EXPECT_NE(refused.output.find("CUDA: compiled in (libctitan_cuda.so), not loaded (CTITAN_CUDA=0)"),
+            std::string::npos) << refused.output;
+#endif
+}
+
 }  // namespace
 }  // namespace ctitan

@@ -2,15 +2,12 @@
 
 #include <ATen/Context.h>
 #include <fmt/format.h>
-#include <torch/cuda.h>
 #include <torch/version.h>
 
 #include <fstream>
 #include <thread>
 
-#ifdef CTITAN_WITH_NCCL
-#include <torch/csrc/distributed/c10d/NCCLUtils.hpp>
-#endif
+#include "ctitan/cuda/cuda_module.h"
 
 namespace ctitan {
 
@@ -69,14 +66,9 @@ std::string aten_cpu_capability() {
 }
 
 std::string build_report() {
-  std::string cuda = "not compiled in (CPU libtorch)";
-  std::string nccl = "not compiled in";
-#ifdef CTITAN_WITH_NCCL
   // Compiled and linked; never run on a GPU by ctitan's own tests (the build machines have none).
-  cuda = fmt::format("compiled in; {} GPU(s) visible now", torch::cuda::is_available() ? torch::cuda::device_count() : 0);
-  // The NCCL library loaded now (the torch wheel's), which may be newer than the headers.
-  nccl = fmt::format("compiled in, library {} loaded (compiled, never run on a GPU)", c10d::getNcclVersion());
-#endif
+  const std::string cuda = cuda::module_status();
+  const std::string nccl = cuda::nccl_status();
   return fmt::format(
       "ctitan {}\n"
       "libtorch {} (C++ ABI {})\n"

@@ -1,9 +1,10 @@
 #include "ctitan/distributed/nccl_backend.h"
 
 #ifdef CTITAN_WITH_NCCL
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#include <torch/cuda.h>
+
+#include "ctitan/cuda/cuda_module.h"
 
 namespace ctitan::distributed {
 namespace {
@@ -22,12 +23,10 @@ at::Tensor contiguous_or_copy(const at::Tensor& t, BackendLaunch& launch) {
 std::unique_ptr<NcclBackend> NcclBackend::create_if_gpu(const c10::intrusive_ptr<c10d::Store>& store,
                                                         const std::string& name, int rank, int size,
                                                         std::chrono::milliseconds timeout) {
-  if (!torch::cuda::is_available()) return nullptr;
-  auto options = c10d::ProcessGroupNCCL::Options::create();
-  options->timeout = timeout;
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name + "/nccl", store);
-  return std::unique_ptr<NcclBackend>(
-      new NcclBackend(c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, rank, size, options)));
+  auto group = cuda::make_nccl_group_if_gpu(prefixed, rank, size, timeout);  // ProcessGroupNCCL
+  if (!group) return nullptr;
+  return std::unique_ptr<NcclBackend>(new NcclBackend(std::move(group)));
 }
 
 BackendLaunch NcclBackend::all_reduce(const at::Tensor& t, ReduceOp op) {

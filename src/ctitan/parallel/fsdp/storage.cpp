@@ -2,9 +2,7 @@
 
 #include <ATen/native/Resize.h>
 
-#ifdef CTITAN_WITH_NCCL
-#include <ATen/native/cuda/Resize.h>
-#endif
+#include "ctitan/cuda/cuda_module.h"
 
 namespace ctitan::parallel::fsdp {
 
@@ -15,12 +13,10 @@ void resize_storage(const at::Tensor& t, size_t bytes) {
     at::native::resize_bytes_cpu(storage, bytes);
     return;
   }
-#ifdef CTITAN_WITH_NCCL
   if (t.device().is_cuda()) {
-    at::native::resize_bytes_cuda(storage, bytes);
+    cuda::resize_storage_bytes(t, bytes);  // libctitan_cuda.so: at::native::resize_bytes_cuda
     return;
   }
-#endif
   TORCH_CHECK(false, "FSDP: cannot resize storage on device ", t.device());
 }
 

@@ -1,0 +1,31 @@
+#pragma once
+// The C entry points of libctitan_cuda.so, resolved by name with dlsym (cuda_module.cpp). They
+// take and return libtorch's C++ types: the module and the program are built by one compiler
+// against one libtorch (the same build tree).
+#include <ATen/core/Tensor.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <chrono>
+#include <string>
+
+namespace c10d {
+class Backend;
+class Store;
+}  // namespace c10d
+
+namespace ctitan::cuda {
+
+using MakeNcclGroupFn = c10::intrusive_ptr<c10d::Backend>(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                          int size, std::chrono::milliseconds timeout);
+using ResizeStorageBytesFn = void(const at::Tensor& t, size_t bytes);
+using DeviceCountFn = int();
+using NcclVersionFn = std::string();
+
+}  // namespace ctitan::cuda
+
+extern "C" {
+ctitan::cuda::MakeNcclGroupFn ctitan_cuda_make_nccl_group_if_gpu;
+ctitan::cuda::ResizeStorageBytesFn ctitan_cuda_resize_storage_bytes;
+ctitan::cuda::DeviceCountFn ctitan_cuda_device_count;
+ctitan::cuda::NcclVersionFn ctitan_cuda_nccl_version;
+}
