@@ -99,20 +99,22 @@ bench: build-bench
 	  --local-ranks-filter 0 --exec $(BUILD_DIR)/bin/collectives || exit 1; done
 
 # libFuzzer targets for the parsers of untrusted input (docs/RELIABILITY.md): a separate clang
-# build in build-fuzz/, FUZZ_SECONDS per target, one target at a time. Not part of `make test`
+# build in build-fuzz/, FUZZ_SECONDS per target, FUZZ_JOBS targets at a time. Not part of `make test`
 # (a clang build of its own); CI runs `make fuzz-smoke` after it, 30 s per target, and fails on
 # any finding. Longer runs by hand before a release or after touching a parser.
 FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 1
 FUZZ_BUILD_DIR ?= build-fuzz
 fuzz: deps
 	@command -v clang++ > /dev/null || { echo "fuzz: needs clang with libFuzzer: apt-get install -y clang libclang-rt-dev" >&2; exit 1; }
 	@CC=clang CXX=clang++ cmake -S fuzz -B $(FUZZ_BUILD_DIR) -DCTITAN_PYTHON=$$(scripts/setup_venv.sh)/bin/python \
 	  $(if $(CMAKE_PREFIX_PATH),-DCMAKE_PREFIX_PATH=$(CMAKE_PREFIX_PATH)) > /dev/null
 	@cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS)
-	FUZZ_BUILD_DIR=$(abspath $(FUZZ_BUILD_DIR)) fuzz/run_all.sh $(FUZZ_SECONDS)
+	FUZZ_BUILD_DIR=$(abspath $(FUZZ_BUILD_DIR)) FUZZ_JOBS=$(FUZZ_JOBS) fuzz/run_all.sh $(FUZZ_SECONDS)
 
+# Two fuzzers at a time on the 2 cores: each still runs its 30 s on a core of its own.
 fuzz-smoke:
-	$(MAKE) fuzz FUZZ_SECONDS=30
+	$(MAKE) fuzz FUZZ_SECONDS=30 FUZZ_JOBS=$(JOBS)
 
 clean:
 	rm -rf $(BUILD_DIR)

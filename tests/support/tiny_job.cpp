@@ -24,7 +24,7 @@ std::vector<std::string> tiny_job_args(const std::string& dump_folder) {
           "--training.local_batch_size", "4", "--training.steps", "60",
           "--training.dataset_path", data, "--training.mixed_precision_param", "float32",
           "--optimizer.lr", "3e-3", "--lr_scheduler.warmup_steps", "5", "--metrics.log_freq", "10",
-          "--metrics.peak_flops", "1e12", "--debug.seed", "7"};
+          "--metrics.peak_flops", "1e12", "--comm.link_gbytes_per_s", "1", "--debug.seed", "7"};
 }
 
 config::JobConfig tiny_job_config(const std::string& dump_folder) {
