@@ -27,13 +27,14 @@ build: configure
 build-all: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# bf16 needs AVX-512 for libtorch's fast CPU GEMMs; without it the demo trains in fp32 and says so.
-DEMO_DTYPE = $(shell grep -qw avx512bw /proc/cpuinfo 2>/dev/null && echo bfloat16 || echo float32)
+# bf16 needs bf16 instructions (AVX512-BF16 or AMX) for libtorch's fast CPU GEMMs (AVX-512 alone is
+# about 5x slower than fp32: src/ctitan/common/build_info.h); without them the demo trains in fp32.
+DEMO_DTYPE = $(shell grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null && echo bfloat16 || echo float32)
 
 # FSDP over 2 local ranks (data_parallel_shard_degree = -1 takes every rank), as torchtitan's
 # run_train.sh does with NGPU=2; like it, only rank 0's lines are shown.
 demo: build
-	@[ "$(DEMO_DTYPE)" = bfloat16 ] || echo "demo: this CPU has no AVX-512, so bf16 matmuls would be slow: training in float32"
+	@[ "$(DEMO_DTYPE)" = bfloat16 ] || echo "demo: this CPU has no bf16 instructions (AVX512-BF16 or AMX), so bf16 matmuls would be slow: training in float32"
 	$(BUILD_DIR)/bin/ctitan run --nproc-per-node 2 --master-port 0 --local-ranks-filter 0 train --config configs/llama3_debug.toml \
 	  --training.mixed_precision_param $(DEMO_DTYPE)
 

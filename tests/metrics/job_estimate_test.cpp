@@ -299,7 +299,7 @@ TEST(CliEstimate, MatchesMeasuredMemoryOnCpu) {
       {"debug, 1 process, bf16 autocast", "llama3_debug", 1, {"--training.local_batch_size", "2", "--training.seq_len", "128"}},
       {"debug, FSDP over 2 ranks, bf16 params", "llama3_debug", 2,
        {"--training.local_batch_size", "2", "--training.seq_len", "128"}},
-      // fp32: bf16 matmuls take a scalar fallback on CPUs without AVX-512, about 20x slower. The
+      // fp32: bf16 matmuls are 5-20x slower on CPUs without bf16 instructions. The
       // estimate models both dtypes; this run's peak is the end of backward (all gradients).
       {"134M, 1 process, fp32", "llama3_134m", 1,
        {"--training.local_batch_size", "1", "--training.seq_len", "256", "--training.mixed_precision_param", "float32"}},

@@ -38,10 +38,7 @@ CpuInfo read_cpuinfo() {
 
 bool cpu_has_fast_bf16_gemm() {
   auto flags = read_cpuinfo().flags;
-  for (const char* flag : {" avx512bw ", " avx512vl ", " avx512dq "}) {
-    if (flags.find(flag) == std::string::npos) return false;
-  }
-  return true;
+  return flags.find(" avx512_bf16 ") != std::string::npos || flags.find(" amx_bf16 ") != std::string::npos;
 }
 
 std::string cpu_description() {

@@ -124,8 +124,8 @@ Trainer::Trainer(config::JobConfig config)
                "ffn {} vocab {}", config_.model.flavor, params.total / 1e6, (params.total - params.embedding) / 1e6,
                args.dim, args.n_layers, args.n_heads, args.kv_heads(), args.ffn_hidden_dim(), args.vocab_size);
   if (bf16_ && device_.is_cpu() && !cpu_has_fast_bf16_gemm()) {
-    spdlog::warn("bf16 on a CPU without AVX-512 ({}): libtorch's bf16 matmuls take a slow scalar fallback "
-                 "here; --training.mixed_precision_param float32 trains many times faster on this CPU",
+    spdlog::warn("bf16 on a CPU without bf16 instructions ({}): libtorch's bf16 matmuls are several times "
+                 "slower than fp32 here; --training.mixed_precision_param float32 trains faster on this CPU",
                  cpu_description());
   }
   spdlog::info("device {}, {} intra-op threads, compute {}, seq_len {}, local batch {}, grad accumulation {}",

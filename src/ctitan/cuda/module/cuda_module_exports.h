@@ -2,16 +2,9 @@
 // The C entry points of libctitan_cuda.so, resolved by name with dlsym (cuda_module.cpp). They
 // take and return libtorch's C++ types: the module and the program are built by one compiler
 // against one libtorch (the same build tree).
-#include <ATen/core/Tensor.h>
-#include <c10/util/intrusive_ptr.h>
-
-#include <chrono>
 #include <string>
 
-namespace c10d {
-class Backend;
-class Store;
-}  // namespace c10d
+#include "ctitan/cuda/cuda_module.h"  // the libtorch types they take (declared there)
 
 namespace ctitan::cuda {
 
