@@ -12,11 +12,14 @@ import argparse
 import collections
 import os
 import re
+import signal
 import sys
 
 
 def read_log(path):
-    """{output: (start_ms, end_ms)}, the newest entry per output (later lines win)."""
+    """{output: (start_ms, end_ms, end_abs_ms)}, the newest entry per output. Ninja's times count
+    from the start of each ninja run, and it rewrites (recompacts) the log in no particular order;
+    the third column, the output's mtime, is absolute and places each command in time."""
     entries = {}
     with open(path) as f:
         header = f.readline()
@@ -26,9 +29,25 @@ def read_log(path):
             fields = line.rstrip("\n").split("\t")
             if len(fields) < 4:
                 continue
-            start, end, output = int(fields[0]), int(fields[1]), fields[3]
-            entries[output] = (start, end)
+            start, end, mtime, output = int(fields[0]), int(fields[1]), int(fields[2]), fields[3]
+            entries[output] = (start, end, mtime // 1_000_000)  # mtime: ns since the epoch
     return entries
+
+
+def busy_wall_ms(entries):
+    """The time during which at least one command ran: the union of their intervals."""
+    spans = sorted((m - (e - s), m) for s, e, m in entries.values() if m > 0)
+    total, cur_start, cur_end = 0, None, None
+    for a, b in spans:
+        if cur_end is None or a > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = a, b
+        else:
+            cur_end = max(cur_end, b)
+    if cur_end is not None:
+        total += cur_end - cur_start
+    return total
 
 
 # CMake's object paths: CMakeFiles/<target>.dir/<source path>.o, and the target's precompiled
@@ -46,6 +65,7 @@ def classify(output):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output quietly
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("build_dir", nargs="?", default="build")
     parser.add_argument("--top", type=int, default=25, help="slowest units to list (default 25)")
@@ -59,7 +79,7 @@ def main():
 
     units, others = [], []
     per_target = collections.defaultdict(lambda: [0, 0])  # target -> [ms, units]
-    for output, (start, end) in entries.items():
+    for output, (start, end, _) in entries.items():
         target, unit = classify(output)
         ms = end - start
         if target is None:
@@ -69,12 +89,11 @@ def main():
         per_target[target][0] += ms
         per_target[target][1] += 1
 
-    first = min(s for s, _ in entries.values())
-    last = max(e for _, e in entries.values())
     cpu = sum(ms for ms, _, _ in units) + sum(ms for ms, _ in others)
-    print(f"{len(units)} translation units, {len(others)} other commands; "
-          f"CPU {cpu / 60000:.1f} min, wall {(last - first) / 60000:.1f} min (first to last command), "
+    print(f"{len(units)} translation units, {len(others)} other commands; CPU {cpu / 60000:.1f} min, "
           f"mean {sum(ms for ms, _, _ in units) / max(1, len(units)) / 1000:.1f} s per unit")
+    print(f"wall {busy_wall_ms(entries) / 60000:.1f} min while commands ran (after several builds in "
+          f"one directory: the newest compile of each output)")
     print()
     print(f"{'target':<28} {'units':>5} {'CPU min':>8} {'mean s':>7}")
     for target, (ms, n) in sorted(per_target.items(), key=lambda kv: -kv[1][0]):

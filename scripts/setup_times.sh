@@ -34,8 +34,8 @@ cmake --build "$build" -j "${JOBS:-2}" --target ctitan demo_assets > "$logs/buil
 t_build=$(now)
 
 # The demo as `make demo` runs it; the first "step:" line is the first logged training step.
-dtype=float32
-grep -qw avx512bw /proc/cpuinfo 2>/dev/null && dtype=bfloat16
+dtype=float32  # the Makefile's DEMO_DTYPE rule: bf16 only with bf16 instructions
+grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null && dtype=bfloat16
 t_first_step=""
 while IFS= read -r line; do
   printf '%s\n' "$line" >> "$logs/demo.log"
