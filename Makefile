@@ -38,11 +38,11 @@ demo: build
 	$(BUILD_DIR)/bin/ctitan run --nproc-per-node 2 --master-port 0 --local-ranks-filter 0 train --config configs/llama3_debug.toml \
 	  --training.mixed_precision_param $(DEMO_DTYPE)
 
-# The default suite: unit and integration tests. Long runs live in `make bench`.
 # The suite's binaries: ctitan_tests (its add_dependencies bring ctitan and the test workers).
 build-tests: build
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target ctitan_tests
 
+# The default suite: unit and integration tests. Long runs live in `make bench`.
 test: build-tests
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -L 'unit|integration'
 

@@ -86,8 +86,6 @@ const Module& module() {
 
 }  // namespace
 
-bool module_loaded() { return module().loaded; }
-
 std::string module_status() {
   const auto& m = module();
 #ifdef CTITAN_WITH_NCCL

@@ -21,9 +21,6 @@ class Store;
 
 namespace ctitan::cuda {
 
-// Whether libctitan_cuda.so (and with it libtorch_cuda) is loaded in this process.
-bool module_loaded();
-
 // One line for `ctitan --version`: compiled in or not, loaded or why not, GPUs visible.
 std::string module_status();
 // The NCCL library's version, or why it is not loaded.
