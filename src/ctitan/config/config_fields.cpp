@@ -22,6 +22,8 @@ const NameTable<AsyncMode> kAsyncModes = {{AsyncMode::kDisabled, "disabled"}, {A
 const NameTable<ActivationCheckpointMode> kAcModes = {{ActivationCheckpointMode::kNone, "none"},
                                                       {ActivationCheckpointMode::kFull, "full"},
                                                       {ActivationCheckpointMode::kSelective, "selective"}};
+const NameTable<DeviceChoice> kDeviceChoices = {
+    {DeviceChoice::kAuto, "auto"}, {DeviceChoice::kCpu, "cpu"}, {DeviceChoice::kCuda, "cuda"}};
 
 NameTable<c10::ScalarType> dtypes(std::initializer_list<c10::ScalarType> allowed) {
   NameTable<c10::ScalarType> table;
@@ -68,6 +70,7 @@ std::string Choice::allowed() const {
 std::string name_of(DecayType v) { return name_in(kDecayTypes, v); }
 std::string name_of(ReshardAfterForward v) { return name_in(kReshardModes, v); }
 std::string name_of(GradientSync v) { return name_in(kGradientSyncs, v); }
+std::string name_of(DeviceChoice v) { return name_in(kDeviceChoices, v); }
 std::string name_of(AsyncMode v) { return name_in(kAsyncModes, v); }
 std::string name_of(ActivationCheckpointMode v) { return name_in(kAcModes, v); }
 
@@ -110,6 +113,7 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"training", "mixed_precision_param", choice(&c.training.mixed_precision_param, dtypes({c10::kBFloat16, c10::kFloat})), "compute dtype (FSDP: the all-gather dtype too)"},
       {"training", "mixed_precision_reduce", choice(&c.training.mixed_precision_reduce, dtypes({c10::kFloat, c10::kBFloat16})), "FSDP's gradient reduce-scatter dtype"},
       {"training", "housekeeping_freq", &c.training.housekeeping_freq, "run synchronized housekeeping every N steps (torchtitan gc_freq)"},
+      {"training", "device", choice(&c.training.device, kDeviceChoices), "auto (cuda:LOCAL_RANK when a GPU is visible, else cpu) | cpu | cuda"},
 
       {"debug", "seed", &c.debug.seed, "seeds parameter init and every RNG"},
       {"debug", "deterministic", &c.debug.deterministic, "use deterministic algorithms only"},

@@ -37,6 +37,7 @@ std::vector<Field> config_fields(JobConfig& config);
 std::string name_of(DecayType v);
 std::string name_of(ReshardAfterForward v);
 std::string name_of(GradientSync v);
+std::string name_of(DeviceChoice v);
 std::string name_of(AsyncMode v);
 std::string name_of(ActivationCheckpointMode v);
 

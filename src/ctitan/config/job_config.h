@@ -23,6 +23,8 @@ enum class ReshardAfterForward {
 enum class GradientSync { kEveryMicrobatch, kLastMicrobatch };
 enum class AsyncMode { kDisabled, kAsync };
 enum class ActivationCheckpointMode { kNone, kFull, kSelective };
+// Where a rank computes: auto takes cuda:LOCAL_RANK when a GPU is visible, else the CPU.
+enum class DeviceChoice { kAuto, kCpu, kCuda };
 
 struct Job {
   std::string dump_folder = "./outputs";  // output folder: metrics.jsonl, checkpoints, traces, TensorBoard
@@ -74,6 +76,7 @@ struct Training {
   c10::ScalarType mixed_precision_param = c10::kBFloat16;  // bfloat16 | float32: compute dtype
   c10::ScalarType mixed_precision_reduce = c10::kFloat;    // float32 | bfloat16: FSDP's gradient reduction
   int64_t housekeeping_freq = 50;      // run synchronized housekeeping every N steps (torchtitan gc_freq)
+  DeviceChoice device = DeviceChoice::kAuto;  // auto | cpu | cuda: cuda means cuda:LOCAL_RANK
 };
 
 struct Debug {

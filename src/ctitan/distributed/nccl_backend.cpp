@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "ctitan/cuda/cuda_module.h"
+#include "ctitan/distributed/rank_device.h"
 
 namespace ctitan::distributed {
 namespace {
@@ -23,6 +24,9 @@ at::Tensor contiguous_or_copy(const at::Tensor& t, BackendLaunch& launch) {
 std::unique_ptr<NcclBackend> NcclBackend::create_if_gpu(const c10::intrusive_ptr<c10d::Store>& store,
                                                         const std::string& name, int rank, int size,
                                                         std::chrono::milliseconds timeout) {
+  // A CPU run on a GPU machine (training.device = cpu, or a test pinned to the CPU) stays on Gloo:
+  // NCCL would bind every local rank to a GPU it does not use.
+  if (!process_device().is_cuda()) return nullptr;
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name + "/nccl", store);
   auto group = cuda::make_nccl_group_if_gpu(prefixed, rank, size, timeout);  // ProcessGroupNCCL
   if (!group) return nullptr;

@@ -26,7 +26,7 @@ namespace ctitan::distributed {
 
 class NcclBackend final : public CollectiveBackend {
  public:
-  // Null when no GPU is visible (ProcessGroupNCCL's constructor throws without one).
+  // Null unless this process computes on a GPU (distributed/rank_device.h): a CPU run keeps Gloo.
   static std::unique_ptr<NcclBackend> create_if_gpu(const c10::intrusive_ptr<c10d::Store>& store,
                                                     const std::string& name, int rank, int size,
                                                     std::chrono::milliseconds timeout);

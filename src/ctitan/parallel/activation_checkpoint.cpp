@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/functions/utils.h>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/torch_versions.h"
 #include "ctitan/parallel/op_selective_checkpoint.h"
 
 namespace ctitan::parallel {
@@ -102,7 +103,7 @@ torch::Tensor checkpointed(const torch::Tensor& input, const models::ModuleHooks
     output = forward(input);
   }
   TORCH_CHECK(!output.is_same(input), "activation checkpoint: the checkpointed forward returned its input");
-  auto node = c10::make_intrusive<CheckpointBackward>(input, forward, autocast_bf16);
+  auto node = torch_versions::make_node<CheckpointBackward>(input, forward, autocast_bf16);
   node->set_next_edges(torch::autograd::collect_next_edges(input));
   torch::autograd::set_history(output, node);
   return output;

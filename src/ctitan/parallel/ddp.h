@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ctitan/common/torch_versions.h"
 #include "ctitan/parallel/data_parallel.h"
 
 namespace ctitan::distributed {
@@ -62,7 +63,7 @@ class DistributedDataParallel final : public DataParallel {
   double exposed_seconds_ = 0;
   double grad_sync_seconds_ = 0;
   std::shared_ptr<distributed::Communicator> group_;
-  std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators_;  // kept alive: hooks live on them
+  std::vector<torch_versions::NodePtr> accumulators_;  // kept alive: hooks live on them
 };
 
 }  // namespace ctitan::parallel

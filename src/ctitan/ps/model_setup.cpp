@@ -2,15 +2,20 @@
 
 #include <fmt/format.h>
 
+#include "ctitan/common/error.h"
 #include "ctitan/data/token_stream.h"
+#include "ctitan/train/determinism.h"
 #include "ctitan/train/model_builder.h"
 
 namespace ctitan::ps {
 
 SeededModel build_seeded_model(const config::JobConfig& config) {
   // The Trainer's order: seed, deterministic switch, tokenizer, args, build (init uses the RNG).
+  if (config.training.device == config::DeviceChoice::kCuda) {
+    throw ConfigError("training.device = cuda: the parameter server (ctitan ps) trains on the CPU only");
+  }
   torch::manual_seed(uint64_t(config.debug.seed));
-  if (config.debug.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+  if (config.debug.deterministic) train::use_deterministic_algorithms(torch::Device(torch::kCPU));
   SeededModel out;
   if (!config.model.tokenizer_path.empty()) {
     out.tokenizer = std::make_shared<data::Tokenizer>(data::Tokenizer::load(config.model.tokenizer_path));

@@ -14,6 +14,7 @@
 #include "ctitan/common/error.h"
 #include "ctitan/distributed/bandwidth_probe.h"
 #include "ctitan/distributed/communicator.h"
+#include "ctitan/distributed/rank_device.h"
 #include "ctitan/metrics/hardware_profiles.h"
 #include "ctitan/metrics/job_estimate.h"
 #include "ctitan/metrics/memory_tracker.h"
@@ -21,6 +22,7 @@
 #include "ctitan/metrics/profiler.h"
 #include "ctitan/models/llama/flops.h"
 #include "ctitan/train/autocast.h"
+#include "ctitan/train/determinism.h"
 #include "ctitan/train/grad_clip.h"
 #include "ctitan/train/loss.h"
 #include "ctitan/train/model_builder.h"
@@ -28,14 +30,15 @@
 namespace ctitan::train {
 namespace {
 
-torch::Device pick_device() {
-  return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+// cuda:LOCAL_RANK or the CPU (training.device), set as the current device before anything touches CUDA.
+torch::Device pick_device(const config::JobConfig& config) {
+  return distributed::use_rank_device(config.training.device, distributed::read_dist_env().local_rank);
 }
 
 }  // namespace
 
 Trainer::Trainer(config::JobConfig config)
-    : config_(std::move(config)), device_(pick_device()),
+    : config_(std::move(config)), device_(pick_device(config_)),
       bf16_(config_.training.mixed_precision_param == torch::kBFloat16) {
   metrics::install_memory_tracker();
   auto env = distributed::read_dist_env();
@@ -50,7 +53,7 @@ Trainer::Trainer(config::JobConfig config)
   }
   const auto& t = config_.training;
   torch::manual_seed(uint64_t(config_.debug.seed));
-  if (config_.debug.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+  if (config_.debug.deterministic) use_deterministic_algorithms(device_);
 
   if (!config_.model.tokenizer_path.empty()) {
     tokenizer_ = std::make_shared<data::Tokenizer>(data::Tokenizer::load(config_.model.tokenizer_path));

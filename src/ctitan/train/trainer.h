@@ -55,6 +55,7 @@ class Trainer {
   double validate();
 
   models::llama::TransformerImpl& model() { return *model_; }
+  torch::Device device() const { return device_; }  // cuda:LOCAL_RANK or the CPU (training.device)
   AdamW& optimizer() { return *optimizer_; }
   LrScheduler& lr_scheduler() { return *lr_scheduler_; }
   data::PackedLoader& dataloader() { return *dataloader_; }
