@@ -79,12 +79,13 @@ test-asan: deps
 	    echo "test-asan: sanitizer reports in $(SANITIZER_LOGS)" >&2; exit 1; fi; \
 	  exit $$status
 
-BENCH_TARGETS = train_throughput kernel_bench checkpoint_bench collectives rpc_bench
+BENCH_TARGETS = train_throughput gpu_throughput kernel_bench checkpoint_bench collectives rpc_bench
 build-bench: build
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target $(BENCH_TARGETS)
 
 bench: build-bench
 	cd $(BUILD_DIR) && bin/train_throughput
+	cd $(BUILD_DIR) && bin/gpu_throughput
 	cd $(BUILD_DIR) && bin/kernel_bench
 	cd $(BUILD_DIR) && bin/checkpoint_bench
 	$$(scripts/setup_venv.sh)/bin/python bench/ddp_scaling.py --ctitan $(BUILD_DIR)/bin/ctitan

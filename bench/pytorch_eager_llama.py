@@ -40,6 +40,8 @@ def parse_args():
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compile", action="store_true", help="torch.compile(model), default inductor backend")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--activation-checkpoint", action="store_true", help="full activation checkpointing per block")
     args = p.parse_args()
     if args.n_kv_heads is None:
         args.n_kv_heads = args.n_heads
@@ -66,7 +68,8 @@ def main():
                               n_kv_heads=args.n_kv_heads, vocab_size=args.vocab_size,
                               multiple_of=args.multiple_of, ffn_dim_multiplier=args.ffn_dim_multiplier,
                               rope_theta=args.rope_theta, max_seq_len=max(2048, args.seq_len))
-    model = tl.Transformer(model_args)
+    model = tl.Transformer(model_args).to(args.device)
+    model.checkpoint_layers = args.activation_checkpoint
     model.train()
     params = list(model.parameters())
     n_params = tl.count_params(model)
@@ -76,10 +79,10 @@ def main():
     use_bf16 = args.dtype == "bf16"
 
     def step():
-        tokens = torch.randint(0, args.vocab_size, (args.batch, args.seq_len))
-        labels = torch.randint(0, args.vocab_size, (args.batch, args.seq_len))
+        tokens = torch.randint(0, args.vocab_size, (args.batch, args.seq_len), device=args.device)
+        labels = torch.randint(0, args.vocab_size, (args.batch, args.seq_len), device=args.device)
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
+        with torch.autocast(args.device, dtype=torch.bfloat16, enabled=use_bf16):
             logits = model(tokens)  # (B, T, vocab), bf16 under autocast
         loss = tl.loss_fn(logits, labels)
         loss.backward()
@@ -96,6 +99,8 @@ def main():
         step()
         warmup_times.append(time.perf_counter() - t0)
 
+    if args.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     frames_before = compiled_frames()
     loss = float("nan")
     t0 = time.perf_counter()
@@ -126,6 +131,10 @@ def main():
         "recompiles_during_timing": recompiled,
         "optimizer": f"AdamW({optimizer_impl})",
         "attention": "sdpa",
+        "device": args.device,
+        "activation_checkpoint": args.activation_checkpoint,
+        # The caching allocator's peak over the timed steps (CUDA only; null on the CPU).
+        "peak_memory_bytes": torch.cuda.max_memory_allocated() if args.device == "cuda" else None,
         "torch": torch.__version__,
     }
     sys.stdout.write(json.dumps(result) + "\n")

@@ -10,6 +10,7 @@ import dataclasses
 import sys
 
 import torch
+import torch.utils.checkpoint
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -139,6 +140,7 @@ class Transformer(nn.Module):
     def __init__(self, args):
         super().__init__()
         self.args = args
+        self.checkpoint_layers = False  # set True for full activation checkpointing
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
         self.layers = nn.ModuleList(TransformerBlock(args) for _ in range(args.n_layers))
         self.norm = nn.RMSNorm(args.dim, eps=args.norm_eps)
@@ -163,7 +165,11 @@ class Transformer(nn.Module):
         table = self.freqs_real if torch.compiler.is_compiling() else self.freqs_cis
         freqs_cis = table[: tokens.shape[1]]
         for layer in self.layers:
-            h = layer(h, freqs_cis)
+            if self.checkpoint_layers and torch.is_grad_enabled():
+                # Full activation checkpointing per block, as torchtitan's mode = "full".
+                h = torch.utils.checkpoint.checkpoint(layer, h, freqs_cis, use_reentrant=False)
+            else:
+                h = layer(h, freqs_cis)
         return self.output(self.norm(h))  # (B, T, vocab_size)
 
 

@@ -106,3 +106,39 @@ TEST(GpuTraining, StateSavedOnCudaResumesOnTheCpu) {
 
 }  // namespace
 }  // namespace ctitan::train
+
+namespace ctitan::train {
+namespace {
+
+// Seed lesson 001 on CUDA: 300 steps with log_freq 100, and metrics.jsonl's memory is the device's
+// (the caching allocator's allocated bytes), flat from one log window to the next: nothing per-step
+// is kept. Bounds: the peak holds at least the model state (fp32 parameters, gradients and AdamW's
+// two moments: 16 bytes a parameter) and at most what the allocator reserved; once warm, the live
+// bytes at a log step are the same at step 200 and 300 (model state plus the optimizer's steady
+// buffers; a leak of one per-step scalar would add 512 bytes, one allocator block, per step).
+TEST(GpuTraining, MemoryMetricsAreTheDevicesAndStayFlat) {
+  CTITAN_SKIP_WITHOUT_CUDA();
+  TempDir dir;
+  auto config = job_on(dir.path(), config::DeviceChoice::kCuda);
+  config.training.steps = 300;
+  config.metrics.log_freq = 100;
+  int64_t n_params = 0;
+  {
+    Trainer trainer(config);
+    for (const auto& p : trainer.model().parameters()) n_params += p.numel();
+    trainer.train();
+  }
+  auto rows = ctitan::testing::read_jsonl(dir.path() + "/metrics.jsonl");
+  ASSERT_EQ(rows.size(), 3u);
+  for (const auto& row : rows) {
+    ASSERT_TRUE(row.contains("memory_peak_reserved_bytes")) << row.dump();
+    EXPECT_GE(row["memory_peak_bytes"].get<int64_t>(), 16 * n_params) << row.dump();
+    EXPECT_LE(row["memory_peak_bytes"].get<int64_t>(), row["memory_peak_reserved_bytes"].get<int64_t>()) << row.dump();
+    EXPECT_EQ(row["memory_ooms"].get<int64_t>(), 0);
+  }
+  EXPECT_EQ(rows[1]["memory_active_bytes"].get<int64_t>(), rows[2]["memory_active_bytes"].get<int64_t>());
+  EXPECT_EQ(rows[1]["memory_peak_bytes"].get<int64_t>(), rows[2]["memory_peak_bytes"].get<int64_t>());
+}
+
+}  // namespace
+}  // namespace ctitan::train

@@ -25,6 +25,9 @@ struct Module {
   ResizeStorageBytesFn* resize_storage_bytes = nullptr;
   DeviceCountFn* device_count = nullptr;
   NcclVersionFn* nccl_version = nullptr;
+  DeviceMemoryStatsFn* device_memory_stats = nullptr;
+  ResetDevicePeakMemoryFn* reset_device_peak_memory = nullptr;
+  DeviceNameFn* device_name = nullptr;
 };
 
 #ifdef CTITAN_WITH_NCCL
@@ -65,7 +68,10 @@ Module load() {
     return {true, "", symbol<MakeNcclGroupFn>(handle, "ctitan_cuda_make_nccl_group_if_gpu"),
             symbol<ResizeStorageBytesFn>(handle, "ctitan_cuda_resize_storage_bytes"),
             symbol<DeviceCountFn>(handle, "ctitan_cuda_device_count"),
-            symbol<NcclVersionFn>(handle, "ctitan_cuda_nccl_version")};
+            symbol<NcclVersionFn>(handle, "ctitan_cuda_nccl_version"),
+            symbol<DeviceMemoryStatsFn>(handle, "ctitan_cuda_device_memory_stats"),
+            symbol<ResetDevicePeakMemoryFn>(handle, "ctitan_cuda_reset_device_peak_memory"),
+            symbol<DeviceNameFn>(handle, "ctitan_cuda_device_name")};
   } catch (const std::exception& e) {
     return {false, fmt::format("not loaded: {}", e.what())};
   }
@@ -119,5 +125,23 @@ void resize_storage_bytes(const at::Tensor& t, size_t bytes) {
   if (!m.loaded) throw std::runtime_error("resizing CUDA storage: libctitan_cuda.so is not loaded, " + m.why_not);
   m.resize_storage_bytes(t, bytes);
 }
+
+namespace {
+
+const Module& loaded_module(const char* what) {
+  const auto& m = module();
+  if (!m.loaded) throw std::runtime_error(fmt::format("{}: libctitan_cuda.so is not loaded, {}", what, m.why_not));
+  return m;
+}
+
+}  // namespace
+
+DeviceMemoryStats device_memory_stats(int device) {
+  return loaded_module("CUDA memory statistics").device_memory_stats(device);
+}
+
+void reset_device_peak_memory(int device) { loaded_module("CUDA memory statistics").reset_device_peak_memory(device); }
+
+std::string device_name(int device) { return loaded_module("CUDA device name").device_name(device); }
 
 }  // namespace ctitan::cuda

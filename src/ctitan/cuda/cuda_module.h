@@ -12,6 +12,7 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 namespace c10d {
@@ -33,5 +34,25 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_group_if_gpu(const c10::intrusive_pt
 
 // at::native::resize_bytes_cuda on `t`'s storage; throws when the module is not loaded.
 void resize_storage_bytes(const at::Tensor& t, size_t bytes);
+
+// The CUDA caching allocator's counters for one device, as torch.cuda.memory_stats() names them
+// and torchtitan's memory monitor reports them.
+struct DeviceMemoryStats {
+  int64_t allocated_bytes = 0;       // "allocated_bytes.all.current": live tensors
+  int64_t peak_allocated_bytes = 0;  // "allocated_bytes.all.peak" since the last reset (torch.cuda.max_memory_allocated)
+  int64_t active_bytes = 0;          // "active_bytes.all.current"
+  int64_t peak_active_bytes = 0;     // "active_bytes.all.peak"
+  int64_t reserved_bytes = 0;        // "reserved_bytes.all.current": held by the allocator
+  int64_t peak_reserved_bytes = 0;   // "reserved_bytes.all.peak"
+  int64_t alloc_retries = 0;         // "num_alloc_retries": cudaMalloc failed, cache flushed, retried
+  int64_t ooms = 0;                  // "num_ooms"
+  int64_t capacity_bytes = 0;        // the device's total memory (cudaDeviceProp::totalGlobalMem)
+};
+// Throws when the module is not loaded.
+DeviceMemoryStats device_memory_stats(int device);
+// Starts a new peak window on `device` (torch.cuda.reset_peak_memory_stats).
+void reset_device_peak_memory(int device);
+// The device's name (cudaDeviceProp::name), e.g. "NVIDIA H100 80GB HBM3".
+std::string device_name(int device);
 
 }  // namespace ctitan::cuda

@@ -67,6 +67,11 @@ void MetricsLogger::log(const StepMetrics& m) {
                share(m.worst.compute_pct), share(m.worst.bandwidth_use_pct), share(m.worst.grad_sync_pct));
   if (tensorboard_) {
     const double step_s = m.time_step_s > 0 ? m.time_step_s : 1.0;
+    if (m.device_memory) {  // torchtitan's device memory monitor's names
+      tensorboard_->add_scalar("memory/max_reserved(GiB)", double(m.memory_peak_reserved_bytes) / kGiB, m.step);
+      tensorboard_->add_scalar("memory/num_alloc_retries", double(m.memory_alloc_retries), m.step);
+      tensorboard_->add_scalar("memory/num_ooms", double(m.memory_ooms), m.step);
+    }
     for (const auto& [tag, value] : std::initializer_list<std::pair<const char*, double>>{
              {"loss_metrics/global_avg_loss", m.loss},
              {"loss_metrics/global_max_loss", m.max_loss},
@@ -129,6 +134,12 @@ void MetricsLogger::log(const StepMetrics& m) {
       {"memory_optimizer_bytes", m.memory_optimizer_bytes},
       {"comm_exposed_ratio", m.time_step_s > 0 ? m.comm_exposed_s / m.time_step_s : 0.0},
   };
+  if (m.device_memory) {
+    row["memory_reserved_bytes"] = m.memory_reserved_bytes;
+    row["memory_peak_reserved_bytes"] = m.memory_peak_reserved_bytes;
+    row["memory_alloc_retries"] = m.memory_alloc_retries;
+    row["memory_ooms"] = m.memory_ooms;
+  }
   // Monitoring shares; null where not measured.
   auto pct = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
   for (const auto& [prefix, mon] : {std::pair<std::string, const Monitoring*>{"", &m.monitoring}, {"worst_", &m.worst}}) {

@@ -31,6 +31,13 @@ struct StepMetrics {
   // state, activations and op temporaries. 0 without FSDP.
   int64_t memory_peak_fsdp_params_bytes = 0, memory_peak_fsdp_grads_bytes = 0, memory_peak_fsdp_comm_bytes = 0;
   int64_t memory_rss_bytes = 0;
+  // On a GPU (device_memory): memory_active_bytes and memory_peak_bytes are the CUDA caching
+  // allocator's allocated bytes now and at their peak since the last log
+  // (torch.cuda.max_memory_allocated); these are what it reserved from the device, and how often
+  // a cudaMalloc failed and was retried after freeing its cache, or ran out of memory.
+  bool device_memory = false;
+  int64_t memory_reserved_bytes = 0, memory_peak_reserved_bytes = 0;
+  int64_t memory_alloc_retries = 0, memory_ooms = 0;
   int64_t memory_alloc_count = 0;  // allocations since the last log
   double memory_page_faults_per_step = 0;  // minor page faults per step since the last log
   double time_step_s = 0;  // mean wall time of one step since the last log

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "ctitan/distributed/communicator.h"
+#include "ctitan/cuda/cuda_module.h"
 #include "ctitan/metrics/memory_tracker.h"
 
 namespace ctitan::metrics {
@@ -45,6 +46,7 @@ void MetricsProcessor::start_window() {
   window_.page_faults_at_start = minor_page_faults();
   window_.comm_bytes_at_start = setup_.comm_bytes ? setup_.comm_bytes() : 0;
   reset_peak_memory();
+  if (setup_.cuda_device >= 0) cuda::reset_device_peak_memory(setup_.cuda_device);
 }
 
 void MetricsProcessor::record_step(int64_t tokens, double data_seconds) {
@@ -57,7 +59,14 @@ void MetricsProcessor::log(int64_t step, const torch::Tensor& loss, const torch:
                            const torch::Tensor& grad_norm, double lr, const ModelState& state) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_.start).count();
   const double steps = double(std::max<int64_t>(window_.steps, 1));
-  const auto memory = memory_stats();
+  auto memory = memory_stats();
+  cuda::DeviceMemoryStats device_memory;
+  if (setup_.cuda_device >= 0) {
+    // A GPU rank's memory is its device's: what the caching allocator handed to tensors.
+    device_memory = cuda::device_memory_stats(setup_.cuda_device);
+    memory.active_bytes = device_memory.allocated_bytes;
+    memory.peak_bytes = device_memory.peak_allocated_bytes;
+  }
   double bandwidth_gbps = NAN;
   const Monitoring mine = window_monitoring(seconds, memory.peak_bytes, &bandwidth_gbps);
   auto global_loss = loss.detach().clone();
@@ -125,6 +134,13 @@ void MetricsProcessor::log(int64_t step, const torch::Tensor& loss, const torch:
   m.memory_peak_fsdp_grads_bytes = memory.peak_tagged_bytes[size_t(MemoryTag::kUnshardedGrads)];
   m.memory_peak_fsdp_comm_bytes = memory.peak_tagged_bytes[size_t(MemoryTag::kCommBuffers)];
   m.memory_rss_bytes = resident_set_bytes();
+  if (setup_.cuda_device >= 0) {
+    m.device_memory = true;
+    m.memory_reserved_bytes = device_memory.reserved_bytes;
+    m.memory_peak_reserved_bytes = device_memory.peak_reserved_bytes;
+    m.memory_alloc_retries = device_memory.alloc_retries;
+    m.memory_ooms = device_memory.ooms;
+  }
   m.memory_alloc_count = memory.alloc_count - window_.allocs_at_start;
   m.memory_page_faults_per_step = double(minor_page_faults() - window_.page_faults_at_start) / steps;
   m.memory_params_bytes = state_bytes[0];

@@ -30,6 +30,9 @@ struct MetricsSetup {
   std::function<int64_t()> comm_bytes;  // payload bytes of the mesh's collectives so far
   std::function<double()> comm_seconds;  // seconds blocked in the mesh's collectives so far
   int64_t memory_capacity_bytes = 0;     // this rank's share of the device's memory
+  // The rank's GPU, or -1 on the CPU: on a GPU, memory is the CUDA caching allocator's (tensors
+  // there never pass through the CPU counting allocator).
+  int cuda_device = -1;
   double link_bytes_per_s = 0;           // the link's bandwidth for bandwidth use; 0: unknown
   std::string jsonl_path;               // empty: no metrics.jsonl on this rank
   std::string tensorboard_dir;          // empty: no TensorBoard events from this rank

@@ -12,6 +12,7 @@
 #include "ctitan/common/dtype_names.h"
 #include "ctitan/config/config_fields.h"
 #include "ctitan/common/error.h"
+#include "ctitan/cuda/cuda_module.h"
 #include "ctitan/distributed/bandwidth_probe.h"
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/distributed/rank_device.h"
@@ -77,7 +78,7 @@ Trainer::Trainer(config::JobConfig config)
   dataloader_ = make_loader(t.dataset_path, t.dataset, "training.dataset_path");
 
   const double flops_per_token = models::llama::flops_per_token(args, t.seq_len);
-  auto peak = metrics::resolve_peak_flops(config_.metrics.peak_flops, bf16_ ? torch::kBFloat16 : torch::kFloat);
+  auto peak = metrics::resolve_peak_flops(config_.metrics.peak_flops, bf16_ ? torch::kBFloat16 : torch::kFloat, device_);
 
   checkpointer_ = std::make_unique<checkpoint::CheckpointManager>(
       config_, dist_ ? checkpoint::store_coordinator(dist_->store, dist_->env.rank, dist_->env.world_size)
@@ -97,7 +98,12 @@ Trainer::Trainer(config::JobConfig config)
     metrics.pp_rank = int(dist_->mesh->local_rank("pp"));
     metrics.pp_size = int(dist_->dims.pp);
   }
-  metrics.memory_capacity_bytes = metrics::physical_memory_bytes() / (dist_ ? dist_->env.local_world_size : 1);
+  if (device_.is_cuda()) {
+    metrics.cuda_device = device_.index();
+    metrics.memory_capacity_bytes = cuda::device_memory_stats(device_.index()).capacity_bytes;
+  } else {
+    metrics.memory_capacity_bytes = metrics::physical_memory_bytes() / (dist_ ? dist_->env.local_world_size : 1);
+  }
   if (dist_) {
     metrics.comm_bytes = [mesh = dist_->mesh.get()] { return mesh->comm_bytes(); };
     metrics.comm_seconds = [mesh = dist_->mesh.get()] { return mesh->comm_seconds(); };

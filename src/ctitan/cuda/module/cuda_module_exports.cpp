@@ -1,7 +1,9 @@
 // libctitan_cuda.so: what ctitan needs from libtorch_cuda, behind four C entry points.
 #include "ctitan/cuda/module/cuda_module_exports.h"
 
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/native/cuda/Resize.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #include <torch/cuda.h>
 
@@ -23,5 +25,30 @@ void ctitan_cuda_resize_storage_bytes(const at::Tensor& t, size_t bytes) {
 int ctitan_cuda_device_count() { return torch::cuda::is_available() ? int(torch::cuda::device_count()) : 0; }
 
 std::string ctitan_cuda_nccl_version() { return c10d::getNcclVersion(); }
+
+ctitan::cuda::DeviceMemoryStats ctitan_cuda_device_memory_stats(int device) {
+  namespace allocator = c10::cuda::CUDACachingAllocator;
+  const auto stats = allocator::getDeviceStats(c10::DeviceIndex(device));
+  const auto all = size_t(allocator::StatType::AGGREGATE);
+  ctitan::cuda::DeviceMemoryStats out;
+  out.allocated_bytes = stats.allocated_bytes[all].current;
+  out.peak_allocated_bytes = stats.allocated_bytes[all].peak;
+  out.active_bytes = stats.active_bytes[all].current;
+  out.peak_active_bytes = stats.active_bytes[all].peak;
+  out.reserved_bytes = stats.reserved_bytes[all].current;
+  out.peak_reserved_bytes = stats.reserved_bytes[all].peak;
+  out.alloc_retries = stats.num_alloc_retries;
+  out.ooms = stats.num_ooms;
+  out.capacity_bytes = int64_t(at::cuda::getDeviceProperties(c10::DeviceIndex(device))->totalGlobalMem);
+  return out;
+}
+
+void ctitan_cuda_reset_device_peak_memory(int device) {
+  c10::cuda::CUDACachingAllocator::resetPeakStats(c10::DeviceIndex(device));
+}
+
+std::string ctitan_cuda_device_name(int device) {
+  return at::cuda::getDeviceProperties(c10::DeviceIndex(device))->name;
+}
 
 }  // extern "C"

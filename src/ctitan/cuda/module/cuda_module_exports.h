@@ -13,6 +13,9 @@ using MakeNcclGroupFn = c10::intrusive_ptr<c10d::Backend>(const c10::intrusive_p
 using ResizeStorageBytesFn = void(const at::Tensor& t, size_t bytes);
 using DeviceCountFn = int();
 using NcclVersionFn = std::string();
+using DeviceMemoryStatsFn = DeviceMemoryStats(int device);
+using ResetDevicePeakMemoryFn = void(int device);
+using DeviceNameFn = std::string(int device);
 
 }  // namespace ctitan::cuda
 
@@ -21,4 +24,7 @@ ctitan::cuda::MakeNcclGroupFn ctitan_cuda_make_nccl_group_if_gpu;
 ctitan::cuda::ResizeStorageBytesFn ctitan_cuda_resize_storage_bytes;
 ctitan::cuda::DeviceCountFn ctitan_cuda_device_count;
 ctitan::cuda::NcclVersionFn ctitan_cuda_nccl_version;
+ctitan::cuda::DeviceMemoryStatsFn ctitan_cuda_device_memory_stats;
+ctitan::cuda::ResetDevicePeakMemoryFn ctitan_cuda_reset_device_peak_memory;
+ctitan::cuda::DeviceNameFn ctitan_cuda_device_name;
 }
