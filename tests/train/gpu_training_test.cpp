@@ -128,7 +128,7 @@ TEST(GpuTraining, MemoryMetricsAreTheDevicesAndStayFlat) {
     for (const auto& p : trainer.model().parameters()) n_params += p.numel();
     trainer.train();
   }
-  auto rows = ctitan::testing::read_jsonl(dir.path() + "/metrics.jsonl");
+  auto rows = ctitan::testing::read_jsonl((dir.path() / "metrics.jsonl").string());
   ASSERT_EQ(rows.size(), 3u);
   for (const auto& row : rows) {
     ASSERT_TRUE(row.contains("memory_peak_reserved_bytes")) << row.dump();
@@ -138,6 +138,39 @@ TEST(GpuTraining, MemoryMetricsAreTheDevicesAndStayFlat) {
   }
   EXPECT_EQ(rows[1]["memory_active_bytes"].get<int64_t>(), rows[2]["memory_active_bytes"].get<int64_t>());
   EXPECT_EQ(rows[1]["memory_peak_bytes"].get<int64_t>(), rows[2]["memory_peak_bytes"].get<int64_t>());
+}
+
+}  // namespace
+}  // namespace ctitan::train
+
+namespace ctitan::train {
+namespace {
+
+// An async checkpoint of a CUDA run (staged in pinned host memory, written by the background
+// thread) resumes a CPU run from the same folder, which continues as the CUDA run does within the
+// CUDA-vs-CPU tolerance argued above.
+TEST(GpuTraining, AsyncCheckpointOfACudaRunResumesOnTheCpu) {
+  CTITAN_SKIP_WITHOUT_CUDA();
+  TempDir dir;
+  auto config = job_on(dir.path(), config::DeviceChoice::kCuda);
+  config.training.steps = 10;
+  config.checkpoint.enable = true;
+  config.checkpoint.interval = 5;
+  config.checkpoint.async_mode = config::AsyncMode::kAsync;
+  config.checkpoint.last_save_model_only = false;
+  std::vector<double> expected;
+  {
+    Trainer gpu(config);
+    gpu.train();  // saves step 5 and step 10, waits for both
+    expected = losses_of(gpu, 3);
+  }
+  auto cpu_config = config;
+  cpu_config.training.device = config::DeviceChoice::kCpu;
+  cpu_config.training.steps = 13;
+  Trainer cpu(cpu_config);
+  ASSERT_EQ(cpu.step(), 10);
+  auto got = losses_of(cpu, 3);
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(got[i], expected[i], 2e-3) << "step " << 11 + i;
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "ctitan/checkpoint/manager.h"
 
+#include <torch/cuda.h>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -175,15 +177,23 @@ std::string CheckpointManager::save(int64_t step, PartStates state, const PartLa
   if (async_) {
     // Snapshot at the step boundary: the background thread writes copies while training goes on.
     // The copies go into staging buffers kept from the previous save (free: we waited for it),
-    // so a save costs a memcpy, not fresh allocations and their page faults.
+    // so a save costs a memcpy, not fresh allocations and their page faults. The buffers are in
+    // host memory whatever the state's device (a GPU copy would double the model state in device
+    // memory), pinned for device state so the copies run as DMA without blocking per tensor.
+    bool from_device = false;
     for (auto& s : to_write) {
       auto& buffer = staging_[slice_identity(s)];
-      if (!buffer.defined() || buffer.sizes() != s.tensor.sizes() || buffer.scalar_type() != s.tensor.scalar_type()) {
-        buffer = torch::empty(s.tensor.sizes(), s.tensor.options().memory_format(torch::MemoryFormat::Contiguous));
+      const bool pinned = s.tensor.is_cuda();
+      if (!buffer.defined() || buffer.sizes() != s.tensor.sizes() || buffer.scalar_type() != s.tensor.scalar_type() ||
+          buffer.is_pinned() != pinned) {
+        buffer = torch::empty(s.tensor.sizes(), torch::TensorOptions(s.tensor.scalar_type()).pinned_memory(pinned));
       }
-      buffer.copy_(s.tensor.detach());
+      buffer.copy_(s.tensor.detach(), /*non_blocking=*/pinned);
+      from_device = from_device || pinned;
       s.tensor = buffer;
     }
+    // The writer thread reads the buffers: every device-to-host copy must have landed.
+    if (from_device) torch::cuda::synchronize();
     worker_.submit([this, request, to_write = std::move(to_write), purge, commit_best] {
       try {
         execute_save(*coordinator_, request, to_write);

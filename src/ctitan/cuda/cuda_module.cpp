@@ -28,6 +28,10 @@ struct Module {
   DeviceMemoryStatsFn* device_memory_stats = nullptr;
   ResetDevicePeakMemoryFn* reset_device_peak_memory = nullptr;
   DeviceNameFn* device_name = nullptr;
+  RecordEventFn* record_event = nullptr;
+  EventDoneFn* event_done = nullptr;
+  RecordTimingEventFn* record_timing_event = nullptr;
+  ElapsedMsFn* elapsed_ms = nullptr;
 };
 
 #ifdef CTITAN_WITH_NCCL
@@ -71,7 +75,11 @@ Module load() {
             symbol<NcclVersionFn>(handle, "ctitan_cuda_nccl_version"),
             symbol<DeviceMemoryStatsFn>(handle, "ctitan_cuda_device_memory_stats"),
             symbol<ResetDevicePeakMemoryFn>(handle, "ctitan_cuda_reset_device_peak_memory"),
-            symbol<DeviceNameFn>(handle, "ctitan_cuda_device_name")};
+            symbol<DeviceNameFn>(handle, "ctitan_cuda_device_name"),
+            symbol<RecordEventFn>(handle, "ctitan_cuda_record_event"),
+            symbol<EventDoneFn>(handle, "ctitan_cuda_event_done"),
+            symbol<RecordTimingEventFn>(handle, "ctitan_cuda_record_timing_event"),
+            symbol<ElapsedMsFn>(handle, "ctitan_cuda_elapsed_ms")};
   } catch (const std::exception& e) {
     return {false, fmt::format("not loaded: {}", e.what())};
   }
@@ -143,5 +151,26 @@ DeviceMemoryStats device_memory_stats(int device) {
 void reset_device_peak_memory(int device) { loaded_module("CUDA memory statistics").reset_device_peak_memory(device); }
 
 std::string device_name(int device) { return loaded_module("CUDA device name").device_name(device); }
+
+std::function<bool()> record_stream_marker() {
+  const auto& m = module();
+  if (!m.loaded) return {};
+  return [event = m.record_event(), done = m.event_done] { return done(event); };
+}
+
+std::function<double()> time_stream_wait(const std::function<void()>& wait) {
+  const auto& m = module();
+  if (!m.loaded) {
+    wait();
+    return {};
+  }
+  auto before = m.record_timing_event();
+  wait();
+  auto after = m.record_timing_event();
+  return [before, after, elapsed = m.elapsed_ms] {
+    const double ms = elapsed(before, after);
+    return ms < 0 ? -1.0 : ms / 1000.0;
+  };
+}
 
 }  // namespace ctitan::cuda

@@ -13,6 +13,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 
 namespace c10d {
@@ -54,5 +56,15 @@ DeviceMemoryStats device_memory_stats(int device);
 void reset_device_peak_memory(int device);
 // The device's name (cudaDeviceProp::name), e.g. "NVIDIA H100 80GB HBM3".
 std::string device_name(int device);
+
+// A CUDA event recorded now on the current stream, as a function that says whether the device
+// has passed it (cudaEventQuery). An empty function when the module is not loaded.
+std::function<bool()> record_stream_marker();
+
+// Runs `wait` (which makes the current stream wait for other work) between two timing events on
+// the current stream, and returns the seconds the stream stood still there once the device has
+// passed both (-1 before that), without blocking. Without the module: runs `wait`, returns an
+// empty function.
+std::function<double()> time_stream_wait(const std::function<void()>& wait);
 
 }  // namespace ctitan::cuda

@@ -10,6 +10,7 @@
 #include "ctitan/distributed/gloo_backend.h"
 #include "ctitan/distributed/gloo_group.h"
 #include "ctitan/distributed/nccl_backend.h"
+#include "ctitan/distributed/stream_watchdog.h"
 #include "ctitan/distributed/wire_format.h"
 
 namespace ctitan::distributed {
@@ -244,6 +245,8 @@ std::shared_ptr<Work> Communicator::issue(std::shared_ptr<detail::WorkState> sta
   state->held = std::move(launch.held);
   state->finish = std::move(launch.finish);
   state->completion = launch.completion;
+  // On a device stream wait() never blocks the host, so the deadline is the watchdog's to keep.
+  if (launch.completion == Completion::kStream && !launch.works.empty()) stream_watchdog().watch(state);
   auto work = detail::launch(std::move(state), std::move(launch.works));
   if (!async_op) work->wait();
   return work;

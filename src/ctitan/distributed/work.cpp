@@ -6,6 +6,8 @@
 #include <thread>
 
 #include "ctitan/common/message_text.h"
+#include "ctitan/cuda/cuda_module.h"
+#include "ctitan/distributed/stream_stalls.h"
 
 namespace ctitan::distributed {
 namespace {
@@ -26,17 +28,12 @@ std::string what_of(const std::exception_ptr& error) {
 
 std::string seconds_text(std::chrono::milliseconds t) { return fmt::format("{:g}s", t.count() / 1000.0); }
 
-std::string timeout_message(const detail::WorkState& s) {
-  std::string missing = s.missing_peers ? s.missing_peers() : "";
-  return fmt::format("collective timeout: {} did not complete within {}{}", s.label, seconds_text(s.timeout),
-                     missing.empty() ? "" : "; " + missing);
-}
 
 // A backend's failure as one line. Gloo's own timeout (fixed when the group was created, or a
 // send/recv's wait) reads as ours, with its text.
 std::string failure_message(const detail::WorkState& s, const std::string& what) {
   const bool timed_out = what.find("Timed out") != std::string::npos || what.find("timed out") != std::string::npos;
-  return timed_out ? timeout_message(s) + " (" + what + ")" : fmt::format("collective failed: {}: {}", s.label, what);
+  return timed_out ? detail::timeout_message(s) + " (" + what + ")" : fmt::format("collective failed: {}: {}", s.label, what);
 }
 
 // Runs on the backend thread that completed the collective (or inline if it already had).
@@ -77,6 +74,12 @@ void release_backends(std::vector<c10::intrusive_ptr<c10d::Work>>& backends) {
 
 }  // namespace
 
+std::string detail::timeout_message(const detail::WorkState& s) {
+  std::string missing = s.missing_peers ? s.missing_peers() : "";
+  return fmt::format("collective timeout: {} did not complete within {}{}", s.label, seconds_text(s.timeout),
+                     missing.empty() ? "" : "; " + missing);
+}
+
 void Work::wait() {
   auto& s = *state_;
   auto start = Clock::now();
@@ -87,7 +90,7 @@ void Work::wait() {
   if (!s.done_cv.wait_until(lock, s.deadline, [&] { return s.done; })) {
     // The backend thread may stay blocked until Gloo's own timeout; the tensors stay referenced
     // by it, and the group is unusable from here on.
-    auto message = timeout_message(s);
+    auto message = detail::timeout_message(s);
     s.health->mark_failed(message);
     s.stats->add_seconds(s.stats_key, std::chrono::duration<double>(Clock::now() - start).count());
     throw CommError(message);
@@ -118,15 +121,27 @@ void Work::wait_on_stream() {
   try {
     // c10d's NCCL wait(): the current stream waits on the collective's end event. Timeouts are
     // the NCCL watchdog's, set from the group's timeout.
-    for (auto& backend : s.backends) backend->wait();
+    // Timed on the device: how long the stream stands still here is the exposed communication.
+    add_stream_stall(cuda::time_stream_wait([&] {
+      for (auto& backend : s.backends) backend->wait();
+    }));
     if (s.finish) s.finish();
   } catch (const std::exception& e) {
     auto message = fmt::format("collective failed: {}: {}", s.label, first_line(e.what()));
     s.health->mark_failed(message);
     throw CommError(message);
   }
+  // The stream now waits for the collective; the watchdog follows it through an event recorded
+  // here, so the c10d works (and the tensors they keep) can go now, not when the device gets there.
+  auto device_done = cuda::record_stream_marker();
+  std::vector<c10::intrusive_ptr<c10d::Work>> released;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.device_done = std::move(device_done);
+    released.swap(s.backends);
+  }
+  released.clear();
   s.finish = nullptr;
-  s.backends.clear();
   s.held.clear();
   s.stats->add_seconds(s.stats_key,
                        s.issue_seconds + std::chrono::duration<double>(Clock::now() - start).count());
@@ -146,7 +161,7 @@ void Work::wait_in_backend() {
     for (auto& backend : s.backends) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0 || !backend->wait(left)) {
-        message = timeout_message(s);
+        message = detail::timeout_message(s);
         break;
       }
     }

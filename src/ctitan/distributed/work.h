@@ -82,7 +82,15 @@ struct WorkState {
   // stream wait for it, then runs `finish` on that stream. kOnWait (Gloo send/recv): wait()
   // blocks in each c10d work's wait(remaining time).
   Completion completion = Completion::kCallback;
+  // kStream, after wait(): whether the device has passed the point where the caller's stream
+  // waited for the collective (a CUDA event's query), so the watchdog (stream_watchdog.h) can still
+  // tell when it completes once `backends` are released. Empty before wait() and off the GPU.
+  std::function<bool()> device_done;
 };
+
+// "collective timeout: <label> did not complete within <t>s[; <peers that had not issued it>]":
+// the one line for a collective past its deadline, from wait() or from the stream watchdog.
+std::string timeout_message(const WorkState& s);
 
 }  // namespace detail
 

@@ -16,6 +16,7 @@
 #include "ctitan/distributed/bandwidth_probe.h"
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/distributed/rank_device.h"
+#include "ctitan/distributed/stream_stalls.h"
 #include "ctitan/metrics/hardware_profiles.h"
 #include "ctitan/metrics/job_estimate.h"
 #include "ctitan/metrics/memory_tracker.h"
@@ -173,7 +174,7 @@ double Trainer::link_bytes_per_second() const {
   if (config_.comm.link_gbytes_per_s > 0) return config_.comm.link_gbytes_per_s * 1e9;
   auto group = dp_group_ ? dp_group_ : dist_->world;
   // Every rank measures; the best any saw is what the link can do.
-  auto best = torch::tensor(distributed::all_gather_bytes_per_second(*group), torch::kDouble);
+  auto best = torch::tensor(distributed::all_gather_bytes_per_second(*group, int64_t(64) << 20, 3, device_), torch::kDouble);
   dist_->world->all_reduce(best, distributed::ReduceOp::kMax);
   spdlog::info("link bandwidth for metrics: {:.2f} GB/s (a 64 MiB all-gather over {} ranks; set "
                "comm.link_gbytes_per_s to give it)", best.item<double>() / 1e9, group->size());
@@ -239,7 +240,14 @@ std::vector<data::Batch> Trainer::next_global_batch() {
   std::vector<data::Batch> microbatches;
   for (int64_t i = 0; i < grad_accum_steps_; ++i) {
     auto batch = dataloader_->next();
-    microbatches.push_back({batch.inputs.to(device_), batch.labels.to(device_)});
+    if (device_.is_cuda()) {
+      // From pinned memory, without blocking: a pageable copy would wait for the previous step's
+      // kernels, and time_data_s would count the device's work as data loading.
+      microbatches.push_back({batch.inputs.pin_memory().to(device_, /*non_blocking=*/true),
+                              batch.labels.pin_memory().to(device_, /*non_blocking=*/true)});
+    } else {
+      microbatches.push_back({batch.inputs, batch.labels});
+    }
   }
   return microbatches;
 }
@@ -257,6 +265,9 @@ StepResult Trainer::train_step(const std::vector<data::Batch>& microbatches) {
   optimizer_->step(lr_scheduler_->current_lr());
   lr_scheduler_->step();
   in_optimizer_update_ = false;
+  // On a GPU, waiting on NCCL work never blocks the host: the exposed communication is the time
+  // the compute stream stood still waiting (distributed/stream_stalls.h).
+  if (device_.is_cuda()) metrics_->add_comm_seconds(distributed::take_stream_stall_seconds());
   int64_t tokens = 0;
   for (const auto& mb : microbatches) tokens += mb.inputs.numel();
   return {loss, rank_loss, grad_norm, tokens};

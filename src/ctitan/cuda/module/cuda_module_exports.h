@@ -16,6 +16,11 @@ using NcclVersionFn = std::string();
 using DeviceMemoryStatsFn = DeviceMemoryStats(int device);
 using ResetDevicePeakMemoryFn = void(int device);
 using DeviceNameFn = std::string(int device);
+using RecordEventFn = std::shared_ptr<void>();
+using EventDoneFn = bool(const std::shared_ptr<void>& event);
+using RecordTimingEventFn = std::shared_ptr<void>();
+// Milliseconds from `start` to `end`, or -1 while either is not reached.
+using ElapsedMsFn = double(const std::shared_ptr<void>& start, const std::shared_ptr<void>& end);
 
 }  // namespace ctitan::cuda
 
@@ -27,4 +32,8 @@ ctitan::cuda::NcclVersionFn ctitan_cuda_nccl_version;
 ctitan::cuda::DeviceMemoryStatsFn ctitan_cuda_device_memory_stats;
 ctitan::cuda::ResetDevicePeakMemoryFn ctitan_cuda_reset_device_peak_memory;
 ctitan::cuda::DeviceNameFn ctitan_cuda_device_name;
+ctitan::cuda::RecordEventFn ctitan_cuda_record_event;
+ctitan::cuda::EventDoneFn ctitan_cuda_event_done;
+ctitan::cuda::RecordTimingEventFn ctitan_cuda_record_timing_event;
+ctitan::cuda::ElapsedMsFn ctitan_cuda_elapsed_ms;
 }

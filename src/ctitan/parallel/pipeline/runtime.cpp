@@ -1,5 +1,7 @@
 #include "ctitan/parallel/pipeline/runtime.h"
 
+#include "ctitan/parallel/pipeline/issue_order.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -22,8 +24,11 @@ PipelineRuntime::PipelineRuntime(PipeShape shape, ScheduleKind kind, int pp_rank
                                  StageFunctions stage)
     : shape_(shape), kind_(kind), pp_rank_(pp_rank), group_(std::move(pp_group)), boundary_(std::move(boundary)),
       stage_(std::move(stage)) {
-  // Every rank lowers every rank's plan the same way, so each knows what its peers post.
-  actions_ = lower(compute_orders(kind, shape_), shape_).at(size_t(pp_rank_));
+  // Every rank lowers every rank's plan the same way, so each knows what its peers post. NCCL
+  // (activations on a GPU) completes each pair's operations in issue order: issue_order.h.
+  const auto orders = compute_orders(kind, shape_);
+  actions_ = (boundary_.device.is_cuda() ? lower_in_issue_order(orders, shape_) : lower(orders, shape_))
+                 .at(size_t(pp_rank_));
   std::map<int32_t, size_t> last_backward_of_stage;
   for (size_t i = 0; i < actions_.size(); ++i) {
     if (actions_[i].op == Op::B) last_backward_of_stage[actions_[i].stage] = i;

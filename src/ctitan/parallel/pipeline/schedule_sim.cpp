@@ -105,6 +105,7 @@ SimResult simulate(const std::vector<std::vector<Action>>& lowered, const PipeSh
   }
   for (size_t r = 0; r < ranks; ++r)
     result.idle_share.push_back(result.makespan > 0 ? 1 - busy[r] / result.makespan : 0);
+  for (size_t tag = 0; tag < board.send_post.size(); ++tag) result.transfer_time.push_back(board.transfer(int32_t(tag)));
   return result;
 }
 

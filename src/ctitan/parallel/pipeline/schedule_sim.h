@@ -15,6 +15,7 @@ struct SimResult {
   double makespan = 0;             // time at which the last rank finishes
   std::vector<double> idle_share;  // per rank: 1 - busy / makespan, busy = its F and B time
   std::vector<int> peak_in_flight;  // per stage: max over time of (forwards done - backwards done)
+  std::vector<double> transfer_time;  // per p2p tag (tag_of): when it happened; -1 if it did not
 };
 
 // Rendezvous semantics, as Gloo's: Send/Recv post instantly and never block; a transfer happens
