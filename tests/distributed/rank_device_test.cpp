@@ -62,7 +62,7 @@ TEST(RankDevice, TheProcessRecordsItsChoice) {
 
 TEST(RankDevice, TheConfigKeyTakesItsThreeValuesAndRefusesOthers) {
   ctitan::testing::TempDir dir;
-  auto path = dir.path() + "/job.toml";
+  auto path = (dir.path() / "job.toml").string();
   ctitan::testing::write_file(path, "[training]\ndevice = \"cpu\"\n");
   EXPECT_EQ(config::load_job_config(path, {}).training.device, DeviceChoice::kCpu);
   EXPECT_EQ(config::load_job_config(path, {"--training.device", "cuda"}).training.device, DeviceChoice::kCuda);

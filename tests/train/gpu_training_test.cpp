@@ -146,31 +146,38 @@ TEST(GpuTraining, MemoryMetricsAreTheDevicesAndStayFlat) {
 namespace ctitan::train {
 namespace {
 
-// An async checkpoint of a CUDA run (staged in pinned host memory, written by the background
-// thread) resumes a CPU run from the same folder, which continues as the CUDA run does within the
+// A checkpoint saved by a run on one device resumes a run on the other, synchronous or async
+// (staged in pinned host memory), and the resumed run continues as the saving run does, within the
 // CUDA-vs-CPU tolerance argued above.
-TEST(GpuTraining, AsyncCheckpointOfACudaRunResumesOnTheCpu) {
+TEST(GpuTraining, CheckpointsMoveBetweenCudaAndTheCpu) {
   CTITAN_SKIP_WITHOUT_CUDA();
-  TempDir dir;
-  auto config = job_on(dir.path(), config::DeviceChoice::kCuda);
-  config.training.steps = 10;
-  config.checkpoint.enable = true;
-  config.checkpoint.interval = 5;
-  config.checkpoint.async_mode = config::AsyncMode::kAsync;
-  config.checkpoint.last_save_model_only = false;
-  std::vector<double> expected;
-  {
-    Trainer gpu(config);
-    gpu.train();  // saves step 5 and step 10, waits for both
-    expected = losses_of(gpu, 3);
+  for (auto mode : {config::AsyncMode::kDisabled, config::AsyncMode::kAsync}) {
+    for (auto [from, to] : {std::pair{config::DeviceChoice::kCuda, config::DeviceChoice::kCpu},
+                            std::pair{config::DeviceChoice::kCpu, config::DeviceChoice::kCuda}}) {
+      SCOPED_TRACE(std::string(mode == config::AsyncMode::kAsync ? "async" : "sync") +
+                   (from == config::DeviceChoice::kCuda ? ", cuda -> cpu" : ", cpu -> cuda"));
+      TempDir dir;
+      auto config = job_on(dir.path(), from);
+      config.training.steps = 10;
+      config.checkpoint.enable = true;
+      config.checkpoint.interval = 5;
+      config.checkpoint.async_mode = mode;
+      config.checkpoint.last_save_model_only = false;
+      std::vector<double> expected;
+      {
+        Trainer saving(config);
+        saving.train();  // saves steps 5 and 10 (and waits for an async save)
+        expected = losses_of(saving, 3);
+      }
+      auto resumed_config = config;
+      resumed_config.training.device = to;
+      resumed_config.training.steps = 13;
+      Trainer resumed(resumed_config);
+      ASSERT_EQ(resumed.step(), 10);
+      auto got = losses_of(resumed, 3);
+      for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(got[i], expected[i], 2e-3) << "step " << 11 + i;
+    }
   }
-  auto cpu_config = config;
-  cpu_config.training.device = config::DeviceChoice::kCpu;
-  cpu_config.training.steps = 13;
-  Trainer cpu(cpu_config);
-  ASSERT_EQ(cpu.step(), 10);
-  auto got = losses_of(cpu, 3);
-  for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(got[i], expected[i], 2e-3) << "step " << 11 + i;
 }
 
 }  // namespace

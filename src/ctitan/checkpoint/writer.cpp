@@ -69,7 +69,11 @@ std::vector<SliceEntry> write_rank_file(const std::filesystem::path& step_dir, i
   std::vector<SliceEntry> entries;
   int64_t offset = 0;
   for (const auto& s : slices) {
-    auto t = s.tensor.detach().cpu().contiguous();
+    // Device state goes through pinned host memory: one DMA copy, not a pageable bounce per tensor.
+    auto t = s.tensor.is_cuda()
+                 ? torch::empty(s.tensor.sizes(), torch::TensorOptions(s.tensor.scalar_type()).pinned_memory(true))
+                       .copy_(s.tensor.detach())
+                 : s.tensor.detach().contiguous();
     const auto nbytes = int64_t(t.nbytes());
     const char* bytes = static_cast<const char*>(t.data_ptr());
     // A large slice is checksummed on a second thread while this one writes the same bytes, so the

@@ -13,11 +13,11 @@
 namespace ctitan::parallel::pipeline {
 namespace {
 
-bool is_compute(const Action& a) { return a.op == Op::F || a.op == Op::B; }
+bool is_compute_action(const Action& a) { return a.op == Op::F || a.op == Op::B; }
 
 std::vector<Action> compute_only(const std::vector<Action>& actions) {
   std::vector<Action> out;
-  std::copy_if(actions.begin(), actions.end(), std::back_inserter(out), is_compute);
+  std::copy_if(actions.begin(), actions.end(), std::back_inserter(out), is_compute_action);
   return out;
 }
 
@@ -43,7 +43,7 @@ TEST(PipelineIssueOrder, OneF1BTwoStagesPairsEachSendWithItsReceive) {
   EXPECT_TRUE(simulate_in_issue_order(lowered, two).completed);
 }
 
-struct Case {
+struct IssueOrderCase {
   ScheduleKind kind;
   PipeShape shape;
 };
@@ -52,8 +52,8 @@ struct Case {
 // add no point-to-point traffic: FSDP, HSDP, DDP and TP peers of a rank sit at the same stage and
 // run the same plan, so their collectives are issued in one order; the p2p plan checked here is the
 // whole of what PP adds, for PP alone and for PP x FSDP, x TP, x DDP.
-std::vector<Case> grid() {
-  std::vector<Case> cases;
+std::vector<IssueOrderCase> issue_order_grid() {
+  std::vector<IssueOrderCase> cases;
   for (int p = 1; p <= 6; ++p)
     for (int v = 1; v <= 3; ++v)
       for (int m = 1; m <= 12; ++m) {
@@ -66,7 +66,7 @@ std::vector<Case> grid() {
 
 TEST(PipelineIssueOrder, EveryScheduleCompletesUnderNcclOrderingWithTheSameCompute) {
   int deadlocked_before = 0;
-  for (const Case& c : grid()) {
+  for (const IssueOrderCase& c : issue_order_grid()) {
     const PipeShape& shape = c.shape;
     SCOPED_TRACE(std::string(schedule_name(c.kind)) + " p=" + std::to_string(shape.pp) +
                  " v=" + std::to_string(shape.stages_per_rank) + " m=" + std::to_string(shape.microbatches));
