@@ -20,6 +20,8 @@ torch_lib="$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(
   echo "run: $python cannot import torch" >&2; exit 1; }
 export LD_LIBRARY_PATH="$bundle/lib:$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CTITAN_PYTHON="$(command -v "$python")"
+# The tests start these, and read the sources (reference scripts), here, not on the build machine.
+export CTITAN_BIN="$bundle/bin/ctitan" CTITAN_SOURCE_DIR="$root"
 
 # The ctest files name build-gpu's paths on the build machine: point them at the bundle here.
 built_at="$(cat "$bundle/BUILD_ROOT")"

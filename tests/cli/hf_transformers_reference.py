@@ -2,7 +2,7 @@
 
 Run by tests/cli/hf_transformers_test.cpp with the venv's Python (CTITAN_PYTHON). Subcommands:
 
-  logits           --model DIR --ids 1,2,3 [--out FILE]
+  logits           --model DIR --ids 1,2,3 [--device cpu|cuda] [--out FILE]
       LlamaForCausalLM.from_pretrained(DIR) in float32 with eager attention; one forward over the
       ids. JSON: {"shape": [T, vocab], "logits": [[...] per position], "config": {...as read}}.
   greedy           --model DIR --ids 1,2,3 [4,5 ...] --n N [--out FILE]
@@ -94,10 +94,10 @@ def config_summary(model):
 
 
 def cmd_logits(args):
-    model = load_model(args.model)
-    ids = torch.tensor([parse_ids(args.ids)], dtype=torch.long)
+    model = load_model(args.model).to(args.device)
+    ids = torch.tensor([parse_ids(args.ids)], dtype=torch.long, device=args.device)
     with torch.no_grad():
-        logits = model(input_ids=ids, use_cache=False).logits[0]  # (T, vocab)
+        logits = model(input_ids=ids, use_cache=False).logits[0].cpu()  # (T, vocab)
     emit({"shape": list(logits.shape), "logits": logits.tolist(), "config": config_summary(model)}, args.out)
 
 
@@ -199,6 +199,7 @@ def main():
     p = sub.add_parser("logits")
     p.add_argument("--model", required=True)
     p.add_argument("--ids", required=True)
+    p.add_argument("--device", default="cpu", help="cpu or cuda: where transformers computes")
     p.add_argument("--out")
     p.set_defaults(fn=cmd_logits)
 

@@ -1,5 +1,6 @@
 #include "support/test_support.h"
 
+#include <cstdlib>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -119,12 +120,26 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
   return a;
 }
 
+namespace {
+
+std::string from_env_or(const char* name, const char* compiled_in) {
+  const char* value = std::getenv(name);
+  return value && *value ? value : compiled_in;
+}
+
+}  // namespace
+
+std::string ctitan_bin() { return from_env_or("CTITAN_BIN", CTITAN_BIN); }
+std::string python_path() { return from_env_or("CTITAN_PYTHON", CTITAN_PYTHON); }
+std::string source_dir() { return from_env_or("CTITAN_SOURCE_DIR", CTITAN_SOURCE_DIR); }
+bool have_python() { return !python_path().empty(); }
+
 RunResult run_ctitan(const std::vector<std::string>& args, int timeout_s) {
-  return run_program(CTITAN_BIN, args, timeout_s);
+  return run_program(ctitan_bin(), args, timeout_s);
 }
 
 RunResult run_python(const std::vector<std::string>& args, int timeout_s) {
-  return run_program(CTITAN_PYTHON, args, timeout_s);
+  return run_program(python_path(), args, timeout_s);
 }
 
 RunResult run_program(const std::string& program, const std::vector<std::string>& args, int timeout_s) {

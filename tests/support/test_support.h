@@ -59,6 +59,11 @@ RunResult run_ctitan(const std::vector<std::string>& args, int timeout_s = 120);
 // independent references. Tests that need it check have_python() first: a build against a user's
 // own libtorch may have no venv.
 RunResult run_python(const std::vector<std::string>& args, int timeout_s = 300);
-inline bool have_python() { return std::string(CTITAN_PYTHON).size() > 0; }
+bool have_python();
+// The environment's CTITAN_BIN, CTITAN_PYTHON and CTITAN_SOURCE_DIR take precedence over the
+// paths compiled in: the GPU machine runs these binaries from another folder (scripts/gpu/run.sh).
+std::string ctitan_bin();
+std::string python_path();
+std::string source_dir();
 
 }  // namespace ctitan::testing
