@@ -31,12 +31,15 @@ build-all: configure
 # about 5x slower than fp32: src/ctitan/common/build_info.h); without them the demo trains in fp32.
 DEMO_DTYPE = $(shell grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null && echo bfloat16 || echo float32)
 
+# The demo's 2 ranks each need a GPU of their own: on a machine with fewer, they train on the CPU.
+DEMO_DEVICE = $(shell [ "$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ] && echo auto || echo cpu)
+
 # FSDP over 2 local ranks (data_parallel_shard_degree = -1 takes every rank), as torchtitan's
 # run_train.sh does with NGPU=2; like it, only rank 0's lines are shown.
 demo: build
-	@[ "$(DEMO_DTYPE)" = bfloat16 ] || echo "demo: this CPU has no bf16 instructions (AVX512-BF16 or AMX), so bf16 matmuls would be slow: training in float32"
+	@[ "$(DEMO_DTYPE)" = bfloat16 ] || [ "$(DEMO_DEVICE)" = auto ] || echo "demo: this CPU has no bf16 instructions (AVX512-BF16 or AMX), so bf16 matmuls would be slow: training in float32"
 	$(BUILD_DIR)/bin/ctitan run --nproc-per-node 2 --master-port 0 --local-ranks-filter 0 train --config configs/llama3_debug.toml \
-	  --training.mixed_precision_param $(DEMO_DTYPE)
+	  --training.mixed_precision_param $(if $(filter auto,$(DEMO_DEVICE)),bfloat16,$(DEMO_DTYPE)) --training.device $(DEMO_DEVICE)
 
 # The suite's binaries: ctitan_tests (its add_dependencies bring ctitan and the test workers).
 build-tests: build

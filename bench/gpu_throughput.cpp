@@ -23,11 +23,11 @@
 
 #include "ctitan/config/config_manager.h"
 #include "ctitan/cuda/cuda_module.h"
-#include "ctitan/data/token_file.h"
 #include "ctitan/metrics/peak_flops.h"
 #include "ctitan/models/llama/args.h"
 #include "ctitan/models/llama/flops.h"
 #include "ctitan/train/trainer.h"
+#include "random_tokens.h"
 
 namespace {
 
@@ -59,20 +59,11 @@ ctitan::models::llama::ModelArgs model_args() {
   return a;
 }
 
-std::string write_random_tokens(const std::filesystem::path& dir, int64_t vocab, int64_t n_tokens) {
-  auto path = (dir / "random_tokens.bin").string();
-  ctitan::data::TokenFileWriter writer(path, uint32_t(vocab));
-  auto tokens = torch::randint(0, vocab, {n_tokens}, torch::kInt);
-  writer.append(std::vector<int32_t>(tokens.data_ptr<int32_t>(), tokens.data_ptr<int32_t>() + n_tokens));
-  writer.finish();
-  return path;
-}
-
 Side ctitan_side(const Row& row, const std::filesystem::path& dir, int warmup, int steps) {
   Side side;
   try {
     const auto a = model_args();
-    auto data = write_random_tokens(dir, a.vocab_size, (warmup + steps + 2) * row.batch * (row.seq_len + 1));
+    auto data = ctitan::bench::write_random_tokens(dir, a.vocab_size, (warmup + steps + 2) * row.batch * (row.seq_len + 1));
     auto config = ctitan::config::load_job_config(
         "", {"--model.flavor", "8B", "--model.dim", "2048", "--model.n_layers", "16", "--model.n_heads", "32",
              "--model.n_kv_heads", "8", "--model.vocab_size", "128256", "--training.seq_len",

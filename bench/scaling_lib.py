@@ -46,12 +46,14 @@ def training_rows(metrics_path, skip_first=0):
     return [r for r in rows if "tps" in r and r["step"] > skip_first]
 
 
+# These benchmarks compare CPU runs against PyTorch on Gloo: on a GPU machine ctitan stays on the
+# CPU too (CTITAN_CUDA=0: libtorch_cuda is never loaded, so training.device = auto is the CPU).
 def single_env(threads):
-    return dict(os.environ, CTITAN_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    return dict(os.environ, CTITAN_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads), CTITAN_CUDA="0")
 
 
 def ranks_env():
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", CTITAN_CUDA="0")
     env.pop("CTITAN_NUM_THREADS", None)
     return env
 

@@ -25,7 +25,7 @@
 #include "ctitan/models/llama/flops.h"
 #include "ctitan/train/model_builder.h"
 #include "ctitan/train/trainer.h"
-#include "ctitan/data/token_file.h"
+#include "random_tokens.h"
 
 namespace {
 
@@ -40,19 +40,10 @@ int env_int(const char* name, int fallback) {
   return v ? std::atoi(v) : fallback;
 }
 
-// Random tokens, enough for warm-up plus timed steps without wrapping.
-std::string write_random_tokens(const std::filesystem::path& dir, int64_t vocab, int64_t n_tokens) {
-  auto path = (dir / fmt::format("random_{}.bin", vocab)).string();
-  ctitan::data::TokenFileWriter writer(path, uint32_t(vocab));
-  auto tokens = torch::randint(0, vocab, {n_tokens}, torch::kInt);
-  writer.append(std::vector<int32_t>(tokens.data_ptr<int32_t>(), tokens.data_ptr<int32_t>() + n_tokens));
-  writer.finish();
-  return path;
-}
-
 double ctitan_tps(const Row& row, const std::filesystem::path& dir, int warmup, int steps) {
   auto args = ctitan::models::llama::llama3_flavor(row.flavor);
-  auto data = write_random_tokens(dir, args.vocab_size, (warmup + steps + 2) * row.batch * (row.seq_len + 1));
+  // Enough for warm-up plus timed steps without wrapping.
+  auto data = ctitan::bench::write_random_tokens(dir, args.vocab_size, (warmup + steps + 2) * row.batch * (row.seq_len + 1));
   auto config = ctitan::config::load_job_config(
       "", {"--model.flavor", row.flavor, "--training.seq_len", std::to_string(row.seq_len),
            "--training.local_batch_size", std::to_string(row.batch), "--training.dataset_path", data,

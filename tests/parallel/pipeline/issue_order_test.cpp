@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ctitan/parallel/pipeline/issue_order.h"
+#include "parallel/pipeline/schedule_grid.h"
 
 namespace ctitan::parallel::pipeline {
 namespace {
@@ -43,33 +44,15 @@ TEST(PipelineIssueOrder, OneF1BTwoStagesPairsEachSendWithItsReceive) {
   EXPECT_TRUE(simulate_in_issue_order(lowered, two).completed);
 }
 
-struct IssueOrderCase {
-  ScheduleKind kind;
-  PipeShape shape;
-};
-
-// Every plan the config accepts for p 1-6, v 1-3, m 1-12 (as schedule_test.cpp's grid). Layouts
-// add no point-to-point traffic: FSDP, HSDP, DDP and TP peers of a rank sit at the same stage and
-// run the same plan, so their collectives are issued in one order; the p2p plan checked here is the
-// whole of what PP adds, for PP alone and for PP x FSDP, x TP, x DDP.
-std::vector<IssueOrderCase> issue_order_grid() {
-  std::vector<IssueOrderCase> cases;
-  for (int p = 1; p <= 6; ++p)
-    for (int v = 1; v <= 3; ++v)
-      for (int m = 1; m <= 12; ++m) {
-        if (v == 1) cases.push_back({ScheduleKind::kGPipe, {p, v, m}});
-        if (v == 1 && m >= p) cases.push_back({ScheduleKind::k1F1B, {p, v, m}});
-        if (v >= 2 && m % std::max(1, m / p) == 0) cases.push_back({ScheduleKind::kInterleaved1F1B, {p, v, m}});
-      }
-  return cases;
-}
-
+// Layouts add no point-to-point traffic: FSDP, HSDP, DDP and TP peers of a rank sit at the same
+// stage and run the same plan, so their collectives are issued in one order; the p2p plan checked
+// here over every accepted plan for p 1-6 is the whole of what PP adds, for PP alone and for PP x
+// FSDP, x TP, x DDP.
 TEST(PipelineIssueOrder, EveryScheduleCompletesUnderNcclOrderingWithTheSameCompute) {
   int deadlocked_before = 0;
-  for (const IssueOrderCase& c : issue_order_grid()) {
+  for (const plan_grid::GridCase& c : plan_grid::accepted_grid(/*max_pp=*/6)) {
     const PipeShape& shape = c.shape;
-    SCOPED_TRACE(std::string(schedule_name(c.kind)) + " p=" + std::to_string(shape.pp) +
-                 " v=" + std::to_string(shape.stages_per_rank) + " m=" + std::to_string(shape.microbatches));
+    SCOPED_TRACE(plan_grid::name(c));
     const auto orders = compute_orders(c.kind, shape);
     const auto rendezvous = lower(orders, shape);
     const auto lowered = lower_in_issue_order(orders, shape);

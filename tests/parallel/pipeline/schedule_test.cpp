@@ -12,6 +12,7 @@
 #include "ctitan/common/error.h"
 #include "ctitan/parallel/pipeline/schedule.h"
 #include "ctitan/parallel/pipeline/schedule_sim.h"
+#include "parallel/pipeline/schedule_grid.h"
 
 namespace ctitan::parallel::pipeline {
 namespace {
@@ -145,29 +146,9 @@ TEST(PipelineScheduleSim, TimesOneMicrobatch) {
   EXPECT_EQ(sim.stuck, (std::vector<std::string>{"", ""}));
 }
 
-struct GridCase {
-  ScheduleKind kind;
-  PipeShape shape;
-};
-
-// Every (schedule, p, v, m) that plan_pipeline accepts for p 1-4, v 1-3, m 1-12: GPipe and 1F1B
-// have one stage per rank, 1F1B needs m >= stages, Interleaved needs v >= 2 and m % rounds == 0.
-std::vector<GridCase> accepted_grid() {
-  std::vector<GridCase> cases;
-  for (int p = 1; p <= 4; ++p)
-    for (int v = 1; v <= 3; ++v)
-      for (int m = 1; m <= 12; ++m) {
-        if (v == 1) cases.push_back({ScheduleKind::kGPipe, {p, v, m}});
-        if (v == 1 && m >= p) cases.push_back({ScheduleKind::k1F1B, {p, v, m}});
-        if (v >= 2 && m % std::max(1, m / p) == 0) cases.push_back({ScheduleKind::kInterleaved1F1B, {p, v, m}});
-      }
-  return cases;
-}
-
-std::string name(const GridCase& c) {
-  return std::string(schedule_name(c.kind)) + " p=" + std::to_string(c.shape.pp) +
-         " v=" + std::to_string(c.shape.stages_per_rank) + " m=" + std::to_string(c.shape.microbatches);
-}
+using plan_grid::accepted_grid;
+using plan_grid::GridCase;
+using plan_grid::name;
 
 TEST(PipelineScheduleGrid, EveryMicrobatchRunsOneForwardThenOneBackwardOnItsStagesRank) {
   for (const GridCase& c : accepted_grid()) {
