@@ -68,5 +68,6 @@ cmake -S "$root" -B "$build" $([ -f "$build/CMakeCache.txt" ] || echo -G Ninja) 
   || { cat "$build.configure.log" >&2; exit 1; }
 grep -E "^-- ctitan: libtorch" "$build.configure.log" >&2 || true
 cmake --build "$build" -j "$jobs"
+echo "$site" > "$build/torch-site-packages"  # where this build's libtorch is (scripts/gpu/prepare.sh)
 built="$("$build/bin/ctitan" --version | head -1)"
 echo "check_libtorch: torch $version: every target built; $built" >&2

@@ -18,8 +18,7 @@ bundle="$root/gpu-bundle"
 version=2.11.0
 
 BUILD_DIR="$build" "$root/scripts/check_libtorch.sh" "$version"
-torch_lib="$(dirname "$(sed -n 's/^Torch_DIR:PATH=//p' "$build/CMakeCache.txt")")/../../lib"
-torch_lib="$(cd "$torch_lib" && pwd)"
+torch_lib="$(realpath "$(cat "$build/torch-site-packages")/torch/lib")"
 
 rm -rf "$bundle" && mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/tests"
 for program in ctitan ctitan_tests gpu_throughput collective_timeout_worker rpc_test_worker; do
@@ -33,11 +32,16 @@ echo "$build" > "$bundle/BUILD_ROOT"
 
 # The libraries to carry: what ldd resolves outside libtorch's folder, the CUDA toolkit and the
 # C/C++ runtime (glibc, libstdc++, libgcc_s: the GPU machine has its own, as new or newer).
-runtime='/(libc|libm|libdl|libpthread|librt|ld-linux-x86-64|libstdc\+\+|libgcc_s|libgomp|libcuda)\.so'
+# CUDA's own libraries (cudart, cupti, cublas, nccl, nvrtc, ...) come with the machine's torch.
+runtime='/(libc|libm|libdl|libpthread|librt|ld-linux-x86-64|libstdc\+\+|libgcc_s|libutil|libgomp|libcuda|libcu[A-Za-z]*|libnv[A-Za-z]*|libnccl)\.so'
 for binary in "$bundle"/bin/* "$bundle"/lib/libctitan_cuda.so; do
   LD_LIBRARY_PATH="$torch_lib" ldd "$binary" | awk '$2 == "=>" && $3 ~ /^\// {print $3}'
-done | sort -u | grep -vE "$runtime" | grep -v "^$torch_lib/" | grep -vE '/(cuda[^/]*|nvidia)/' |
-  while read -r lib; do cp -L "$lib" "$bundle/lib/"; done
+done | sort -u | while read -r lib; do
+  real="$(realpath "$lib")"
+  case "$real" in "$torch_lib"/*) continue ;; esac  # libtorch's own: the machine's torch has them
+  echo "$lib" | grep -qE "$runtime" && continue
+  cp -L "$lib" "$bundle/lib/"
+done
 missing="$(for binary in "$bundle"/bin/*; do LD_LIBRARY_PATH="$bundle/lib:$torch_lib" ldd "$binary"; done | grep 'not found' | sort -u || true)"
 [ -z "$missing" ] || { echo "prepare: unresolved libraries:"$'\n'"$missing" >&2; exit 1; }
 
