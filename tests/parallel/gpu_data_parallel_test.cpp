@@ -1,8 +1,10 @@
 // FSDP and DDP over a one-rank NCCL group on the GPU against the plain model on the same GPU
 // (tests/support/gpu.h: skipped without one). One rank gathers and reduces to the identity, so
-// every figure must be equal bitwise: a wrong stream order (a gather read before it landed, a
-// gradient reduced before backward wrote it) or a CUDA storage resize that lost data shows as a
-// difference, not as rounding.
+// the only differences left are the kernels' own: cuBLAS may pick another algorithm for a weight
+// that is a view into FSDP's flat buffer (alignment), and CUDA backward kernels may accumulate
+// with atomics in another order. Both are fp32 rounding, ~1e-7 of the values; 1e-6 of the largest
+// entry bounds them. A wrong stream order (a gather read before it landed, a gradient reduced
+// before backward wrote it) or a CUDA storage resize that lost data is off by O(1) of it.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -53,6 +55,11 @@ std::map<std::string, torch::Tensor> plain_grads(torch::Device device, double* l
   return grads;
 }
 
+void expect_close(const torch::Tensor& got, const torch::Tensor& expected, const std::string& name) {
+  const double scale = expected.abs().max().item<double>();
+  EXPECT_LE((got - expected).abs().max().item<double>(), 1e-6 * scale + 1e-12) << name;
+}
+
 std::shared_ptr<distributed::Communicator> one_rank_nccl_group(const std::string& name) {
   distributed::use_rank_device(config::DeviceChoice::kCuda, 0);
   return distributed::Communicator::create(ctitan::testing::in_memory_store(), name, 0, 1, std::chrono::seconds(60));
@@ -68,14 +75,14 @@ TEST(GpuDataParallel, FsdpOverOneNcclRankEqualsThePlainModel) {
   auto fsdp = apply_fsdp(*model, {group, nullptr}, {}, config::ReshardAfterForward::kDefault);
   auto loss = tiny_loss(*model, gpu);
   loss.backward();
-  EXPECT_EQ(loss.item<double>(), expected_loss);
+  EXPECT_NEAR(loss.item<double>(), expected_loss, 1e-6 * std::abs(expected_loss));
   const auto shards = fsdp->parameters_to_optimize();
   ASSERT_EQ(shards.size(), expected.size());
   for (const auto& [name, shard] : shards) {
     ASSERT_TRUE(expected.count(name)) << name;
     ASSERT_TRUE(shard.grad().defined()) << name;
     EXPECT_TRUE(shard.is_cuda()) << name;
-    EXPECT_TRUE(torch::equal(shard.grad().view(expected.at(name).sizes()), expected.at(name))) << name;
+    expect_close(shard.grad().view(expected.at(name).sizes()), expected.at(name), name);
   }
 }
 
@@ -91,10 +98,10 @@ TEST(GpuDataParallel, DdpOverOneNcclRankEqualsThePlainModel) {
   DistributedDataParallel ddp(named, group, /*bucket_cap_mb=*/0.25);  // several buckets
   auto loss = tiny_loss(*model, gpu);
   loss.backward();
-  EXPECT_EQ(loss.item<double>(), expected_loss);
+  EXPECT_NEAR(loss.item<double>(), expected_loss, 1e-6 * std::abs(expected_loss));
   for (const auto& [name, param] : ddp.parameters_to_optimize()) {
     ASSERT_TRUE(param.grad().defined()) << name;
-    EXPECT_TRUE(torch::equal(param.grad(), expected.at(name))) << name;
+    expect_close(param.grad(), expected.at(name), name);
   }
 }
 

@@ -67,8 +67,10 @@ TEST(GpuTraining, Bf16LossFalls) {
 }
 
 // Full activation checkpointing recomputes each block's forward with the same kernels on the same
-// inputs: cuBLAS is deterministic for a fixed shape and stream, so losses agree to 1e-6 (a
-// recomputation that saw other weights or dropped a block's autocast state differs by far more).
+// inputs, so the forward is the same; backward kernels on CUDA may accumulate with atomics (the
+// embedding's gradient over repeated tokens, SDPA's memory-efficient backward) in another order,
+// ~1e-7 relative, which 5 AdamW steps keep within 1e-5 on the loss. A recomputation that saw other
+// weights or dropped a block's autocast state is off by 1e-3 or more.
 TEST(GpuTraining, ActivationCheckpointingEqualsNone) {
   CTITAN_SKIP_WITHOUT_CUDA();
   TempDir plain_dir, ac_dir;
@@ -78,7 +80,7 @@ TEST(GpuTraining, ActivationCheckpointingEqualsNone) {
   ac_config.activation_checkpoint.mode = config::ActivationCheckpointMode::kFull;
   Trainer plain(plain_config), checkpointed(ac_config);
   auto expected = losses_of(plain, 5), got = losses_of(checkpointed, 5);
-  for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-6) << "step " << i + 1;
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-5) << "step " << i + 1;
 }
 
 // Every stateful part saved from a CUDA run loads into a CPU run, which continues as the CUDA run
