@@ -63,10 +63,11 @@ fi
 
 echo "check_libtorch: building every target against torch $version ($site/torch) in $build" >&2
 # CTITAN_PYTHON stays the venv's: tests that compare with transformers use it at run time.
+mkdir -p "$build"
 cmake -S "$root" -B "$build" $([ -f "$build/CMakeCache.txt" ] || echo -G Ninja) -DCMAKE_BUILD_TYPE=Release \
-  -DTorch_DIR="$site/torch/share/cmake/Torch" -DCTITAN_PYTHON="$python" > "$build.configure.log" \
-  || { cat "$build.configure.log" >&2; exit 1; }
-grep -E "^-- ctitan: libtorch" "$build.configure.log" >&2 || true
+  -DTorch_DIR="$site/torch/share/cmake/Torch" -DCTITAN_PYTHON="$python" > "$build/configure.log" 2>&1 \
+  || { cat "$build/configure.log" >&2; exit 1; }
+grep -E "^-- ctitan: libtorch" "$build/configure.log" >&2 || true
 cmake --build "$build" -j "$jobs"
 echo "$site" > "$build/torch-site-packages"  # where this build's libtorch is (scripts/gpu/prepare.sh)
 built="$("$build/bin/ctitan" --version | head -1)"
