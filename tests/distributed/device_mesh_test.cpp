@@ -70,6 +70,28 @@ TEST(ParallelDims, ResolvesTheRestAndNamesTheDegreesOnMismatch) {
   }
 }
 
+// #34: tp 2^62 x pp 4 overflowed the product to 0, and resolving data_parallel_shard_degree = -1
+// divided by it (SIGFPE). Any product beyond the world size is refused by name instead.
+TEST(ParallelDims, DegreesWhoseProductOverflowsAreRefusedByName) {
+  for (int64_t shard : {int64_t(-1), int64_t(1), int64_t(4)}) {
+    config::Parallelism p;
+    p.tensor_parallel_degree = int64_t(1) << 62;
+    p.pipeline_parallel_degree = 4;
+    p.data_parallel_shard_degree = shard;
+    try {
+      ParallelDims::from_config(p, 8);
+      FAIL() << "accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("tensor_parallel_degree (4611686018427387904)"), std::string::npos)
+          << e.what();
+    }
+  }
+  config::Parallelism p;
+  p.tensor_parallel_degree = int64_t(1) << 31;
+  p.data_parallel_shard_degree = int64_t(1) << 33;  // the product 2^64 wraps to 0, which is not 8 either
+  EXPECT_THROW(ParallelDims::from_config(p, 8), ConfigError);
+}
+
 }  // namespace
 }  // namespace ctitan::distributed
 

@@ -87,6 +87,20 @@ TEST(DistEnv, BadValuesNameTheVariable) {
     EnvScope env({{"RANK", "2"}, {"WORLD_SIZE", "2"}});
     EXPECT_THROW(read_dist_env(), InputError);
   }
+  // #34: a node of 0 processes divided by zero later (SIGFPE on every rank).
+  using Vars = std::vector<std::pair<const char*, const char*>>;
+  for (const auto& [vars, name] :
+       std::vector<std::pair<Vars, std::string>>{
+           {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "0"}}, "LOCAL_WORLD_SIZE=0"},
+           {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NTASKS_PER_NODE", "0"}}, "SLURM_NTASKS_PER_NODE=0"}}) {
+    EnvScope env(vars);
+    try {
+      read_dist_env();
+      FAIL() << name << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  }
 }
 
 // Rendezvous on thread ranks over one in-memory store: each call gets (rank, WORLD_SIZE); every

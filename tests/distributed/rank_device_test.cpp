@@ -40,6 +40,17 @@ TEST(RankDevice, ALocalRankWithoutAGpuOfItsOwnIsRefused) {
   }
 }
 
+// Slurm's --gpus-per-task=1 (or a per-rank CUDA_VISIBLE_DEVICES) shows each process only its own
+// GPU: local rank 5 then uses cuda:0, the one it sees. Without that mask, one visible GPU is
+// shared, and local rank 1 is refused as above.
+TEST(RankDevice, AProcessGivenItsOwnGpuUsesTheOneItSees) {
+  EXPECT_EQ(device_for_rank(DeviceChoice::kAuto, 5, 1, /*own_gpu_given=*/true), c10::Device(c10::kCUDA, 0));
+  EXPECT_EQ(device_for_rank(DeviceChoice::kCuda, 0, 1, /*own_gpu_given=*/true), c10::Device(c10::kCUDA, 0));
+  EXPECT_THROW(device_for_rank(DeviceChoice::kAuto, 1, 1, /*own_gpu_given=*/false), ConfigError);
+  // A mask naming several GPUs is not "one each": local ranks index into it.
+  EXPECT_EQ(device_for_rank(DeviceChoice::kAuto, 1, 2, /*own_gpu_given=*/false), c10::Device(c10::kCUDA, 1));
+}
+
 TEST(RankDevice, CudaWithoutAGpuIsRefused) {
   try {
     device_for_rank(DeviceChoice::kCuda, 0, 0);

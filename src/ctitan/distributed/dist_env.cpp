@@ -62,6 +62,15 @@ DistEnv read_dist_env() {
     throw InputError(fmt::format("launcher error: rank {} is outside world size {} (from {} variables)", e.rank,
                                  e.world_size, e.source));
   }
+  // Processes per node divide memory and name devices: 0 would divide by zero later.
+  if (e.local_world_size < 1 || e.local_rank < 0) {
+    const char* size_var = e.source == "slurm"     ? "SLURM_NTASKS_PER_NODE"
+                           : e.source == "openmpi" ? "OMPI_COMM_WORLD_LOCAL_SIZE"
+                                                   : "LOCAL_WORLD_SIZE";
+    throw InputError(fmt::format("launcher error: local rank {} with {}={} (from {} variables): a node runs at "
+                                 "least one process, and local ranks start at 0",
+                                 e.local_rank, size_var, e.local_world_size, e.source));
+  }
   if (e.master_port <= 0 || e.master_port > 65535) {
     throw InputError(fmt::format("launcher error: MASTER_PORT={} is not a valid port", e.master_port));
   }

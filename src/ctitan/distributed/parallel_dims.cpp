@@ -13,7 +13,24 @@ ParallelDims ParallelDims::from_config(const config::Parallelism& p, int64_t wor
   d.tp = p.tensor_parallel_degree;
   d.pp = p.pipeline_parallel_degree;
   d.dp_shard = p.data_parallel_shard_degree;
-  if (d.dp_shard == -1) d.dp_shard = std::max<int64_t>(1, world_size / (d.pp * d.dp_replicate * d.tp));
+  // Degrees near 2^63 would overflow the product (to 0: a division by zero below): a product
+  // beyond the world size can never match it, so say so without computing it.
+  auto product = [](std::initializer_list<int64_t> degrees) {
+    int64_t total = 1;
+    for (int64_t degree : degrees) {
+      if (degree < 1 || __builtin_mul_overflow(total, degree, &total)) return int64_t(-1);
+    }
+    return total;
+  };
+  const int64_t fixed = product({d.pp, d.dp_replicate, d.tp});
+  if (fixed < 1 || (d.dp_shard != -1 && product({fixed, d.dp_shard}) < 1)) {
+    throw ConfigError(fmt::format(
+        "parallelism: pipeline_parallel_degree ({}) x data_parallel_replicate_degree ({}) x "
+        "data_parallel_shard_degree ({}) x tensor_parallel_degree ({}) is not a product of positive degrees "
+        "that fits the world size {}",
+        d.pp, d.dp_replicate, d.dp_shard, d.tp, world_size));
+  }
+  if (d.dp_shard == -1) d.dp_shard = std::max<int64_t>(1, world_size / fixed);
   if (d.pp * d.dp_replicate * d.dp_shard * d.tp != world_size) {
     throw ConfigError(fmt::format(
         "parallelism: {}data_parallel_replicate_degree ({}) x data_parallel_shard_degree ({}) x "

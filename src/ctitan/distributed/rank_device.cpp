@@ -5,6 +5,8 @@
 #include <torch/cuda.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 #include "ctitan/common/error.h"
 
@@ -16,13 +18,14 @@ std::atomic<int> chosen_cuda_index{-1};  // -1: the CPU
 
 }  // namespace
 
-c10::Device device_for_rank(config::DeviceChoice choice, int local_rank, int cuda_devices) {
+c10::Device device_for_rank(config::DeviceChoice choice, int local_rank, int cuda_devices, bool own_gpu_given) {
   if (choice == config::DeviceChoice::kCpu) return c10::Device(c10::kCPU);
   if (cuda_devices <= 0) {
     if (choice == config::DeviceChoice::kAuto) return c10::Device(c10::kCPU);
     throw ConfigError("training.device = cuda, but no CUDA device is visible (no NVIDIA driver, "
                       "CUDA_VISIBLE_DEVICES empty, or CTITAN_CUDA=0); use training.device = cpu");
   }
+  if (cuda_devices == 1 && own_gpu_given) return c10::Device(c10::kCUDA, 0);
   if (local_rank < 0 || local_rank >= cuda_devices) {
     throw ConfigError(fmt::format(
         "training.device = {}: LOCAL_RANK {} has no GPU of its own ({} visible); start at most {} processes per "
@@ -35,7 +38,9 @@ c10::Device device_for_rank(config::DeviceChoice choice, int local_rank, int cud
 c10::Device use_rank_device(config::DeviceChoice choice, int local_rank) {
   // device_count() is 0 when libtorch_cuda is not loaded (src/ctitan/cuda/cuda_module.h).
   const int visible = choice == config::DeviceChoice::kCpu ? 0 : int(torch::cuda::device_count());
-  const auto device = device_for_rank(choice, local_rank, visible);
+  const char* mask = std::getenv("CUDA_VISIBLE_DEVICES");
+  const bool one_named = mask != nullptr && *mask != '\0' && std::strchr(mask, ',') == nullptr;
+  const auto device = device_for_rank(choice, local_rank, visible, one_named);
   if (device.is_cuda()) {
     // Before any allocation, stream or NCCL communicator: each binds to the current device.
     c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device);

@@ -9,11 +9,13 @@
 
 namespace ctitan::distributed {
 
-// The device for `choice` on local rank `local_rank` when `cuda_devices` GPUs are visible. Pure:
-// throws ConfigError (training.device, LOCAL_RANK and the count named) when cuda is asked for and
-// none is visible, or when the local rank has no GPU of its own (two ranks cannot share a GPU under
-// NCCL).
-c10::Device device_for_rank(config::DeviceChoice choice, int local_rank, int cuda_devices);
+// The device for `choice` on local rank `local_rank` when `cuda_devices` GPUs are visible. A launcher
+// that gives each process its own GPU (CUDA_VISIBLE_DEVICES naming one device, as Slurm's
+// --gpus-per-task=1 does: `own_gpu_given`) leaves one visible, cuda:0, whatever the local rank.
+// Pure: throws ConfigError (training.device, LOCAL_RANK and the count named) when cuda is asked for
+// and none is visible, or when the local rank has no GPU of its own (two ranks cannot share a GPU
+// under NCCL).
+c10::Device device_for_rank(config::DeviceChoice choice, int local_rank, int cuda_devices, bool own_gpu_given = false);
 
 // device_for_rank() with this machine's visible GPU count, made the process's device: the current
 // CUDA device when it is a GPU. Call once per process, before building a model or a process group.
