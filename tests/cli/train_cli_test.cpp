@@ -1,6 +1,7 @@
 // `ctitan train` run as a user runs it: exit codes, error lines, files on disk.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -104,6 +105,13 @@ TEST(CliTrain, ConfigPathThatIsNotAReadableFileExitsTwoNamingIt) {
   expect_one_line(testing::run_ctitan(concat({"train", "--config", dir.file("missing.toml")}, base)),
                   "--config: " + dir.file("missing.toml") + " does not exist");
   expect_one_line(testing::run_ctitan(concat({"train", "--config", ""}, base)), "--config: the path is empty");
+  // #34: a FIFO blocked forever (opening one waits for a writer), /dev/zero grew memory unbounded.
+  const auto fifo = dir.file("config.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_one_line(testing::run_ctitan(concat({"train", "--config", fifo}, base), 30),
+                  "--config: " + fifo + " is not a regular file (a FIFO)");
+  expect_one_line(testing::run_ctitan(concat({"train", "--config", "/dev/zero"}, base), 30),
+                  "--config: /dev/zero is not a regular file (a character device)");
   // The same check on every command that takes a job config.
   expect_one_line(testing::run_ctitan({"checkpoint", "import", "--input", dir.file("x"), "--output", dir.file("y"),
                                        "--config", dir.path().string()}),

@@ -1,6 +1,7 @@
 #include "ctitan/config/config_manager.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <chrono>
 
@@ -87,6 +88,27 @@ TEST(ConfigManager, ADirectoryAsTheConfigFileIsNamed) {
     FAIL() << "no error";
   } catch (const ConfigError& e) {
     EXPECT_EQ(std::string(e.what()), "config error: config file " + dir.path().string() + " is a directory");
+  }
+}
+
+// #34: /dev/zero grew memory until the OOM killer and a FIFO blocked forever. Refused before
+// opening, naming the file and what it is; an oversized file too (a sparse 17 MiB one here).
+TEST(ConfigManager, DevicesFifosAndHugeFilesAsTheConfigAreNamed) {
+  ctitan::testing::TempDir dir;
+  const auto fifo = (dir.path() / "config.fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto huge = (dir.path() / "huge.toml").string();
+  ctitan::testing::write_file(huge, "");
+  std::filesystem::resize_file(huge, int64_t(17) << 20);
+  for (auto [path, what] : {std::pair<std::string, std::string>{"/dev/zero", "is not a regular file (a character device)"},
+                            {fifo, "is not a regular file (a FIFO)"},
+                            {huge, "is 17825792 bytes, more than the 16 MiB such a file may be"}}) {
+    try {
+      load_job_config(path, {});
+      FAIL() << path << " was read";
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()), "config error: config file " + path + " " + what);
+    }
   }
 }
 

@@ -439,5 +439,19 @@ TEST_F(TrainedTokenizer, EncodeIsThreadSafe) {
   for (const auto& result : results) EXPECT_EQ(result, expected);
 }
 
+// #34: a tokenizer path to a device grew memory until the OOM killer; refused by name, whichever
+// loader the path reaches (a tiktoken rank file, or a tokenizer.json by its name).
+TEST(Tokenizer, ADeviceAsTheTokenizerIsNamed) {
+  for (const std::string path : {"/dev/zero", "/dev/urandom"}) {
+    try {
+      Tokenizer::load(path);
+      FAIL() << path << " was read";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(path + ": is not a regular file (a character device)"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ctitan::data

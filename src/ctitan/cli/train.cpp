@@ -10,6 +10,7 @@
 
 #include "ctitan/cli/commands.h"
 #include "ctitan/common/threads.h"
+#include "ctitan/common/input_file.h"
 #include "ctitan/config/config_help.h"
 #include "ctitan/config/config_manager.h"
 #include "ctitan/train/trainer.h"
@@ -24,6 +25,8 @@ CLI::Validator config_file_check() {
         auto status = std::filesystem::status(path, ec);
         if (status.type() == std::filesystem::file_type::not_found) return path + " does not exist";
         if (std::filesystem::is_directory(status)) return path + " is a directory, not a TOML file";
+        // Before opening: opening a FIFO blocks until a writer comes.
+        if (auto why = unreadable_input_reason(path, config::kMaxConfigFileBytes)) return path + " " + *why;
         std::ifstream in(path);
         if (!in) return fmt::format("{} cannot be read: {}", path, std::strerror(errno));
         return "";

@@ -11,6 +11,7 @@
 #include <toml++/toml.h>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/input_file.h"
 #include "ctitan/common/message_text.h"
 #include "ctitan/config/config_fields.h"
 #include "ctitan/config/config_help.h"
@@ -305,8 +306,11 @@ JobConfig parse_job_config(const std::string& toml_text, const std::string& orig
 
 JobConfig load_job_config(const std::string& toml_path, const std::vector<std::string>& overrides) {
   if (toml_path.empty()) return parse_job_config("", "<defaults>", overrides);
-  // A directory opens as an empty stream on Linux, which would parse as "no keys set".
-  if (std::filesystem::is_directory(toml_path)) throw ConfigError(fmt::format("config file {} is a directory", toml_path));
+  // A directory opens as an empty stream on Linux, which would parse as "no keys set"; a device or
+  // a FIFO would never end.
+  if (auto why = unreadable_input_reason(toml_path, kMaxConfigFileBytes)) {
+    throw ConfigError(fmt::format("config file {} {}", toml_path, *why));
+  }
   std::ifstream in(toml_path);
   if (!in) throw ConfigError(fmt::format("cannot read config file {}", toml_path));
   std::stringstream text;

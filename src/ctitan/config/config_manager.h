@@ -8,6 +8,9 @@
 
 namespace ctitan::config {
 
+// The largest config file read: real ones are a few KiB (common/input_file.h says why a bound).
+constexpr int64_t kMaxConfigFileBytes = int64_t(16) << 20;
+
 // `toml_path` may be empty (defaults only). `overrides` are the raw command-line words, in the
 // forms `--section.key value`, `--section.key=value` and `--section.no_key` (a bool set to false).
 JobConfig load_job_config(const std::string& toml_path, const std::vector<std::string>& overrides);

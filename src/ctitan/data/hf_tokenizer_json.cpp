@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/input_file.h"
 #include "ctitan/common/json_file.h"
 #include "ctitan/common/message_text.h"
 #include "ctitan/common/path_text.h"
@@ -28,6 +29,7 @@ const char* const kGpt2SplitPattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N
 }
 
 json read_json(const fs::path& file) {
+  if (auto why = unreadable_input_reason(file.string(), kMaxTokenizerFileBytes)) fail_tokenizer_json(file, *why);
   std::ifstream in(file, std::ios::binary);
   if (!in) fail_tokenizer_json(file, "cannot open" + relative_path_note(file.string()));
   json j = json::parse(in, nullptr, /*allow_exceptions=*/false);

@@ -9,6 +9,10 @@
 
 namespace ctitan::data {
 
+// The largest tokenizer file read (a tiktoken rank file or a tokenizer.json): real ones are a few
+// MB (Llama 3's ranks 2.2 MB); anything near this is not a tokenizer (common/input_file.h).
+constexpr int64_t kMaxTokenizerFileBytes = int64_t(256) << 20;
+
 // Reads `file` (a tokenizer.json). BOS and EOS are the bos_token / eos_token of a
 // tokenizer_config.json beside it, else the added tokens named as Llama 3, Llama 2 or GPT-2 name
 // them. Anything beyond byte-level BPE (a normalizer, another pre-tokenizer or model type,

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/input_file.h"
 #include "ctitan/common/path_text.h"
 #include "ctitan/data/base64.h"
 #include "ctitan/data/hf_tokenizer_json.h"
@@ -226,6 +227,7 @@ Tokenizer Tokenizer::from_ranks(std::vector<std::string> token_bytes_by_rank) {
 }
 
 Tokenizer Tokenizer::load_tiktoken(const std::string& path) {
+  if (auto why = unreadable_input_reason(path, kMaxTokenizerFileBytes)) fail_tokenizer(path, *why);
   std::ifstream file(path, std::ios::binary);
   if (!file) fail_tokenizer(path + relative_path_note(path), std::string("cannot open: ") + std::strerror(errno));
   std::stringstream buffer;
