@@ -65,8 +65,9 @@ Side ctitan_side(const Row& row, const std::filesystem::path& dir, int warmup, i
     const auto a = model_args();
     auto data = ctitan::bench::write_random_tokens(dir, a.vocab_size, (warmup + steps + 2) * row.batch * (row.seq_len + 1));
     auto config = ctitan::config::load_job_config(
-        "", {"--model.flavor", "8B", "--model.dim", "2048", "--model.n_layers", "16", "--model.n_heads", "32",
-             "--model.n_kv_heads", "8", "--model.vocab_size", "128256", "--training.seq_len",
+        "", {"--model.flavor", "8B", "--model.dim", std::to_string(a.dim), "--model.n_layers", std::to_string(a.n_layers),
+             "--model.n_heads", std::to_string(a.n_heads), "--model.n_kv_heads", std::to_string(a.n_kv_heads),
+             "--model.vocab_size", std::to_string(a.vocab_size), "--training.seq_len",
              std::to_string(row.seq_len), "--training.local_batch_size", std::to_string(row.batch),
              "--training.dataset_path", data, "--training.device", "cuda", "--training.mixed_precision_param",
              "bfloat16", "--activation_checkpoint.mode", row.activation_checkpoint ? "full" : "none",

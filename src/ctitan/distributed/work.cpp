@@ -119,9 +119,9 @@ void Work::wait_on_stream() {
     s.waited = true;
   }
   try {
-    // c10d's NCCL wait(): the current stream waits on the collective's end event. Timeouts are
-    // the NCCL watchdog's, set from the group's timeout.
-    // Timed on the device: how long the stream stands still here is the exposed communication.
+    // c10d's NCCL wait(): the current stream waits on the collective's end event. The deadline is
+    // the stream watchdog's (stream_watchdog.h), NCCL's own watchdog the fallback. Timed on the
+    // device: how long the stream stands still here is the exposed communication.
     add_stream_stall(cuda::time_stream_wait([&] {
       for (auto& backend : s.backends) backend->wait();
     }));
