@@ -24,8 +24,9 @@
 #include "ctitan/config/config_manager.h"
 #include "ctitan/cuda/cuda_module.h"
 #include "ctitan/metrics/peak_flops.h"
-#include "ctitan/models/llama/args.h"
-#include "ctitan/models/llama/flops.h"
+#include "ctitan/models/common/model_args.h"
+#include "ctitan/models/model_spec.h"
+#include "ctitan/models/common/flops.h"
 #include "ctitan/train/trainer.h"
 #include "random_tokens.h"
 
@@ -49,8 +50,8 @@ std::string env_text(const char* name, const std::string& fallback) {
 }
 
 // The 1B-class shape on the 8B flavor (RoPE theta, norm eps, FFN rule).
-ctitan::models::llama::ModelArgs model_args() {
-  auto a = ctitan::models::llama::llama3_flavor("8B");
+ctitan::models::ModelArgs model_args() {
+  auto a = ctitan::models::model_flavor("llama3", "8B");
   a.dim = 2048;
   a.n_layers = 16;
   a.n_heads = 32;
@@ -162,7 +163,7 @@ int main() {
   nlohmann::json results = nlohmann::json::array();
   const auto a = model_args();
   for (const auto& [row, ours, eager, compiled] : measured) {
-    const double mfu = 100 * ctitan::models::llama::flops_per_token(a, row->seq_len) * ours.tps / peak;
+    const double mfu = 100 * ctitan::models::flops_per_token(a, row->seq_len) * ours.tps / peak;
     auto ratio = [&](const Side& base) { return base.tps > 0 ? ours.tps / base.tps : 0.0; };
     auto gib = [](int64_t b) { return double(b) / double(1LL << 30); };
     fmt::print("{:<16} {:>12.0f} {:>11.0f} {:>7.2f}x {:>13.0f} {:>7.2f}x {:>5.1f}% {:>10.1f} {:>10.1f} {:>10.1f}\n",

@@ -22,7 +22,8 @@
 #include "ctitan/common/threads.h"
 #include "ctitan/config/config_manager.h"
 #include "ctitan/metrics/peak_flops.h"
-#include "ctitan/models/llama/flops.h"
+#include "ctitan/models/common/flops.h"
+#include "ctitan/models/model_spec.h"
 #include "ctitan/train/model_builder.h"
 #include "ctitan/train/trainer.h"
 #include "random_tokens.h"
@@ -41,7 +42,7 @@ int env_int(const char* name, int fallback) {
 }
 
 double ctitan_tps(const Row& row, const std::filesystem::path& dir, int warmup, int steps) {
-  auto args = ctitan::models::llama::llama3_flavor(row.flavor);
+  auto args = ctitan::models::model_flavor("llama3", row.flavor);
   // Enough for warm-up plus timed steps without wrapping.
   auto data = ctitan::bench::write_random_tokens(dir, args.vocab_size, (warmup + steps + 2) * row.batch * (row.seq_len + 1));
   auto config = ctitan::config::load_job_config(
@@ -59,7 +60,7 @@ double ctitan_tps(const Row& row, const std::filesystem::path& dir, int warmup, 
 
 // `compiled`: the same model under torch.compile (inductor); compile time is excluded.
 double pytorch_tps(const Row& row, int warmup, int steps, bool compiled) {
-  auto a = ctitan::models::llama::llama3_flavor(row.flavor);
+  auto a = ctitan::models::model_flavor("llama3", row.flavor);
   auto cmd = fmt::format(
       "{} {}/bench/pytorch_eager_llama.py --dim {} --n-layers {} --n-heads {} --n-kv-heads {} --vocab-size {} "
       "--multiple-of {} --rope-theta {} --seq-len {} --batch {} --dtype {} --steps {} --warmup {} --threads {}{}",
@@ -127,7 +128,7 @@ int main() {
              "vs eager", "compile tok/s", "vs comp", "MFU(bf16)", "MFU(fp32)");
   nlohmann::json results = nlohmann::json::array();
   for (const auto& [row, ours, eager, compiled] : measured) {
-    double achieved = ctitan::models::llama::flops_per_token(ctitan::models::llama::llama3_flavor(row->flavor),
+    double achieved = ctitan::models::flops_per_token(ctitan::models::model_flavor("llama3", row->flavor),
                                                              row->seq_len) * ours;
     auto ratio = [&](double base) { return base > 0 ? ours / base : 0.0; };
     fmt::print("{:<22} {:>12.0f} {:>11.0f} {:>7.2f}x {:>13.0f} {:>7.2f}x {:>9.1f}% {:>9.1f}%\n", row->name, ours,

@@ -59,7 +59,7 @@ int main(int argc, char** argv) try {
   for (int b = 0; b < 256; ++b) bytes.emplace_back(1, char(b));
   auto tokenizer = std::make_shared<const data::Tokenizer>(data::Tokenizer::from_ranks(bytes));
 
-  models::llama::ModelArgs args;
+  models::ModelArgs args;
   args.dim = 64;
   args.n_layers = 2;
   args.n_heads = 4;

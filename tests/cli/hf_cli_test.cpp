@@ -9,7 +9,7 @@
 #include "ctitan/checkpoint/hf/hf_import.h"
 #include "ctitan/checkpoint/metadata.h"
 #include "ctitan/data/tokenizer.h"
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/transformer.h"
 #include "ctitan/train/trainer.h"
 #include "support/test_support.h"
 #include "support/tiny_job.h"
@@ -73,11 +73,11 @@ TEST(CliHf, TextPromptEqualsItsIdsAndDecodes) {
   std::vector<std::string> bytes;
   for (int b = 0; b < 256; ++b) bytes.push_back(std::string(1, char(b)));
   data::Tokenizer::from_ranks(bytes).save(dir.file("tok.model"));
-  models::llama::ModelArgs args;
+  models::ModelArgs args;
   args.dim = 32; args.n_layers = 1; args.n_heads = 2; args.vocab_size = 258; args.max_seq_len = 64;
   torch::manual_seed(9);
-  models::llama::Transformer model(args);
-  models::llama::init_weights(*model);
+  models::Transformer model(args);
+  models::init_weights(*model);
   StateDict state;
   for (const auto& p : model->named_parameters()) state[p.key()] = p.value().detach();
   checkpoint::hf::HfExportOptions options;
@@ -117,9 +117,9 @@ TEST(CliHf, BadInputsEndInOneLine) {
   expect_error_line(run_ctitan({"checkpoint", "import", "--input", dir.file("nope"), "--output", dir.file("o")}),
                     "is not a directory");
 
-  models::llama::ModelArgs args;
+  models::ModelArgs args;
   args.dim = 16; args.n_layers = 1; args.n_heads = 2; args.vocab_size = 20; args.max_seq_len = 8;
-  models::llama::Transformer model(args);
+  models::Transformer model(args);
   StateDict state;
   for (const auto& p : model->named_parameters()) state[p.key()] = p.value().detach();
   checkpoint::hf::export_hf(state, args, {}, dir.path() / "hf");
@@ -232,9 +232,9 @@ TEST(CliHf, ImportAndExportRefuseANonEmptyOutputUnlessOverwrite) {
 // naming no file. Both are one line naming the file and the key or tensor.
 TEST(CliHf, BadHfConfigValuesAndTensorShapesAreOneLineNamingTheFile) {
   TempDir dir;
-  models::llama::ModelArgs args;
+  models::ModelArgs args;
   args.dim = 16; args.n_layers = 1; args.n_heads = 2; args.vocab_size = 20; args.max_seq_len = 8;
-  models::llama::Transformer model(args);
+  models::Transformer model(args);
   StateDict state;
   for (const auto& p : model->named_parameters()) state[p.key()] = p.value().detach();
   checkpoint::hf::export_hf(state, args, {}, dir.path() / "hf");

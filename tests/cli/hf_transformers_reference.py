@@ -3,7 +3,8 @@
 Run by tests/cli/hf_transformers_test.cpp with the venv's Python (CTITAN_PYTHON). Subcommands:
 
   logits           --model DIR --ids 1,2,3 [--device cpu|cuda] [--out FILE]
-      LlamaForCausalLM.from_pretrained(DIR) in float32 with eager attention; one forward over the
+      AutoModelForCausalLM.from_pretrained(DIR) (LlamaForCausalLM or Qwen3ForCausalLM, as
+      config.json says) in float32 with eager attention; one forward over the
       ids. JSON: {"shape": [T, vocab], "logits": [[...] per position], "config": {...as read}}.
   greedy           --model DIR --ids 1,2,3 [4,5 ...] --n N [--out FILE]
       For each prompt, N greedy ids: argmax of a full (uncached) forward over prompt + ids so far,
@@ -16,9 +17,11 @@ Run by tests/cli/hf_transformers_test.cpp with the venv's Python (CTITAN_PYTHON)
       "tensors": {name: {"dtype": "F32", "shape": [...], "tensor_shape": [...] as loaded, "sum":
       float64 sum of the values, "wsum": the same with element i weighted by (i mod 7) + 1}}},
       ...]}.
-  save-random      --dir DIR [--dim 64 --layers 2 --heads 4 --kv-heads 2 --vocab 256 --ffn 256
-                    --max-pos 64 --rope-theta 10000 --eps 1e-6 --seed 0] [--tie] [--legacy-config]
-      A random LlamaForCausalLM saved with save_pretrained(DIR, safe_serialization=True).
+  save-random      --dir DIR [--family llama|qwen3 --dim 64 --layers 2 --heads 4 --kv-heads 2
+                    --head-dim 0 --vocab 256 --ffn 256 --max-pos 64 --rope-theta 10000 --eps 1e-6
+                    --seed 0] [--tie] [--legacy-config]
+      A random LlamaForCausalLM (or Qwen3ForCausalLM; --head-dim 0: dim / heads) saved with
+      save_pretrained(DIR, safe_serialization=True).
       JSON: {"dir": DIR, "saved_tensors": [names in DIR's safetensors files, read back]}.
       --legacy-config rewrites config.json with the keys transformers 4.x wrote (top-level
       rope_theta, rope_scaling null, torch_dtype) instead of 5.x's rope_parameters / dtype.
@@ -66,9 +69,9 @@ def emit(result, out_path):
 
 
 def load_model(model_dir):
-    from transformers import LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    model, info = LlamaForCausalLM.from_pretrained(
+    model, info = AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=torch.float32, attn_implementation="eager", output_loading_info=True
     )
     # A missing tensor would be silently random-initialised: that is a failure, not a reference.
@@ -89,6 +92,8 @@ def config_summary(model):
         "num_attention_heads": c.num_attention_heads,
         "num_key_value_heads": c.num_key_value_heads,
         "tie_word_embeddings": c.tie_word_embeddings,
+        "architecture": type(model).__name__,
+        "head_dim": getattr(c, "head_dim", None),
         "dtype": str(next(model.parameters()).dtype),
     }
 
@@ -148,10 +153,15 @@ def cmd_read_safetensors(args):
 
 
 def cmd_save_random(args):
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
     seed_everything(args.seed)
-    config = LlamaConfig(
+    config_class, model_class = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[
+        args.family
+    ]
+    extra = {"head_dim": args.head_dim} if args.head_dim else {}
+    config = config_class(
+        **extra,
         hidden_size=args.dim,
         intermediate_size=args.ffn,
         num_hidden_layers=args.layers,
@@ -163,7 +173,7 @@ def cmd_save_random(args):
         rope_parameters={"rope_type": "default", "rope_theta": args.rope_theta},
         tie_word_embeddings=args.tie,
     )
-    model = LlamaForCausalLM(config)
+    model = model_class(config)
     # HF's init (normal(0, 0.02), unit norms) gives near-uniform logits that a wrong rotation or
     # eps would barely move. O(1) activations instead: unit embeddings, fan-in scaled
     # projections, norm weights away from 1 (so a dropped or misplaced norm weight shows).
@@ -218,7 +228,9 @@ def main():
     p = sub.add_parser("save-random")
     p.add_argument("--dir", required=True)
     p.add_argument("--out")
+    p.add_argument("--family", choices=["llama", "qwen3"], default="llama")
     p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--head-dim", type=int, default=0)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--kv-heads", type=int, default=2)

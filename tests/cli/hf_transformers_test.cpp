@@ -19,7 +19,7 @@
 #include "ctitan/checkpoint/metadata.h"
 #include "ctitan/checkpoint/model_io.h"
 #include "ctitan/config/config_manager.h"
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/transformer.h"
 #include "ctitan/train/model_builder.h"
 #include "ctitan/train/trainer.h"
 #include "support/test_support.h"
@@ -100,9 +100,9 @@ void expect_same_greedy_ids(const nlohmann::json& ours, const nlohmann::json& ru
 }
 
 // ctitan's own forward, fp32, in process: (T, vocab) logits for one sequence.
-torch::Tensor ctitan_logits(const StateDict& state, const models::llama::ModelArgs& args,
+torch::Tensor ctitan_logits(const StateDict& state, const models::ModelArgs& args,
                             const std::vector<int64_t>& ids) {
-  models::llama::Transformer model(args);
+  models::Transformer model(args);
   torch::NoGradGuard no_grad;
   for (auto& p : model->named_parameters()) p.value().copy_(require_state(state, p.key()).to(torch::kFloat));
   model->eval();
@@ -129,7 +129,7 @@ Compared compare(const torch::Tensor& ours, const nlohmann::json& theirs) {
 struct TrainedExport {
   TempDir dir;
   StateDict state;
-  models::llama::ModelArgs args;
+  models::ModelArgs args;
   fs::path hf;
 };
 const TrainedExport& trained() {
@@ -357,6 +357,127 @@ TEST(CliHfTransformers, SafetensorsLibraryReadsEveryExportedTensor) {
     EXPECT_EQ(seen, names) << dir;
   }
   EXPECT_TRUE(fs::exists(bf16 / "model.safetensors.index.json"));
+}
+
+// ---- Qwen3 (Qwen3ForCausalLM): QK-norm, head_dim apart from dim / n_heads, RoPE θ 1e6 ----
+
+// The tiny job as a Qwen3: 4 query heads of 32 (dim / n_heads would be 16) over 2 kv heads.
+config::JobConfig tiny_qwen3_job(const std::string& dir) {
+  auto c = testing::tiny_job_config(dir);
+  c.model.name = "qwen3";
+  c.model.flavor = "debugmodel";
+  c.model.hidden_dim = 128;
+  return c;
+}
+
+const TrainedExport& trained_qwen3() {
+  static const std::unique_ptr<TrainedExport> t = [] {
+    auto t = std::make_unique<TrainedExport>();
+    train::Trainer trainer(tiny_qwen3_job(t->dir.path()));
+    trainer.train();
+    auto states = trainer.state_dicts();
+    for (const auto& [k, v] : states.at("model")) t->state[k] = v.detach().clone();
+    t->args = trainer.model().args();
+    t->hf = t->dir.path() / "hf";
+    checkpoint::hf::export_hf(t->state, t->args, {}, t->hf);
+    return t;
+  }();
+  return *t;
+}
+
+// (a, b for Qwen3) transformers' Qwen3ForCausalLM loads our export and computes our logits, and
+// `ctitan generate` picks its greedy ids.
+TEST(CliHfTransformers, ExportedQwen3LogitsAndGreedyIdsMatchTransformers) {
+  if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
+  const auto& t = trained_qwen3();
+  ASSERT_TRUE(t.args.qk_norm);
+  ASSERT_EQ(t.args.head_dim(), 32);
+  TempDir work;
+  auto ref = reference(work, "logits", {"logits", "--model", t.hf.string(), "--ids", ids_arg(kTinyIds)});
+  ASSERT_FALSE(ref.is_null());
+  EXPECT_EQ(ref["config"]["architecture"], "Qwen3ForCausalLM") << ref["config"].dump();
+  EXPECT_EQ(ref["config"]["head_dim"], 32) << ref["config"].dump();
+  EXPECT_EQ(ref["config"]["rope_theta"].get<double>(), 1e6) << ref["config"].dump();
+  EXPECT_EQ(ref["config"]["rms_norm_eps"].get<double>(), 1e-6) << ref["config"].dump();
+  auto c = compare(ctitan_logits(t.state, t.args, kTinyIds), ref);
+  EXPECT_TRUE(c.ok()) << c.str();
+  std::cout << "[ tiny Qwen3 export ] " << c.str() << "\n";
+
+  const std::string prompt = "3,4,5,6";
+  auto greedy = reference(work, "greedy", {"greedy", "--model", t.hf.string(), "--ids", prompt, "--n", "20"});
+  ASSERT_FALSE(greedy.is_null());
+  auto ours = transformers_json_result(run_ctitan({"generate", "--checkpoint", t.hf.string(), "--prompt-ids", prompt,
+                                      "--max-new-tokens", "20", "--temperature", "0", "--json"}));
+  expect_same_greedy_ids(ours, greedy["runs"][0], "tiny Qwen3, prompt " + prompt);
+}
+
+// (c for Qwen3) A Qwen3ForCausalLM saved by transformers imports with its logits. Its norm
+// weights are random, so the QK-norms' reordering into our RoPE layout is checked too: left in
+// HF's order (the negative control), the logits move by far.
+TEST(CliHfTransformers, TransformersSavedQwen3ImportsWithSameLogits) {
+  if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
+  TempDir work;
+  auto saved = work.path() / "saved";
+  ASSERT_FALSE(reference(work, "save", {"save-random", "--family", "qwen3", "--dir", saved.string(), "--head-dim", "32",
+                                        "--rope-theta", "1000000", "--seed", "3"})
+                   .is_null());
+  checkpoint::hf::HfModel hf;
+  ASSERT_NO_THROW(hf = checkpoint::hf::import_hf(saved));
+  EXPECT_EQ(hf.args.family, "qwen3");
+  EXPECT_TRUE(hf.args.qk_norm);
+  EXPECT_EQ(hf.args.head_dim(), 32);
+  expect_imported_logits_match(work, saved, "transformers-saved Qwen3");
+
+  const std::vector<int64_t> ids{1, 2, 3, 200, 17, 255, 0, 64};
+  auto ref = reference(work, "logits2", {"logits", "--model", saved.string(), "--ids", ids_arg(ids)});
+  ASSERT_FALSE(ref.is_null());
+  auto wrong = hf.model;
+  for (int64_t i = 0; i < hf.args.n_layers; ++i) {
+    for (const char* norm : {"q_norm", "k_norm"}) {
+      auto name = fmt::format("layers.{}.attention.{}.weight", i, norm);
+      wrong[name] = checkpoint::hf::permute_head_norm_to_hf(wrong[name]);
+    }
+  }
+  auto w = compare(ctitan_logits(wrong, hf.args, ids), ref);
+  EXPECT_GT(w.max_abs_diff, 100 * kLogitTol * w.scale) << "QK-norms in HF order went unnoticed: " << w.str();
+  std::cout << "[ transformers-saved Qwen3, QK-norms left in HF order ] " << w.str() << "\n";
+}
+
+// (c, tied, Qwen3) Qwen3-0.6B's layout: tie_word_embeddings, no lm_head.weight in the files.
+TEST(CliHfTransformers, TiedQwen3ImportsWithSameLogits) {
+  if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
+  TempDir work;
+  auto saved = work.path() / "saved";
+  auto save = reference(work, "save", {"save-random", "--family", "qwen3", "--dir", saved.string(), "--head-dim", "32",
+                                       "--tie", "--seed", "4"});
+  ASSERT_FALSE(save.is_null());
+  auto names = save["saved_tensors"].get<std::vector<std::string>>();
+  ASSERT_EQ(std::count(names.begin(), names.end(), "lm_head.weight"), 0) << "not a tied checkpoint; the test checks nothing";
+  expect_imported_logits_match(work, saved, "tied Qwen3");
+}
+
+// (c, CLI, Qwen3) `checkpoint import` writes a job config that rebuilds the Qwen3 (model.name,
+// head_dim, hidden_dim), and `generate` from the step directory picks transformers' ids.
+TEST(CliHfTransformers, Qwen3CheckpointImportThenGenerateMatchesTransformers) {
+  if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
+  TempDir work;
+  auto saved = work.path() / "saved";
+  ASSERT_FALSE(reference(work, "save", {"save-random", "--family", "qwen3", "--dir", saved.string(), "--head-dim", "32",
+                                        "--seed", "5"})
+                   .is_null());
+  auto step = work.path() / "step-0";
+  auto imp = run_ctitan({"checkpoint", "import", "--input", saved.string(), "--output", step.string()});
+  ASSERT_EQ(imp.exit_code, 0) << imp.output;
+  auto job = config::parse_job_config(checkpoint::read_metadata(step).config_toml, "step metadata");
+  EXPECT_EQ(job.model.name, "qwen3");
+  EXPECT_EQ(job.model.head_dim, 32);
+
+  const std::string prompt = "5,77,140,3,250";
+  auto ref = reference(work, "greedy", {"greedy", "--model", saved.string(), "--ids", prompt, "--n", "16"});
+  ASSERT_FALSE(ref.is_null());
+  auto ours = transformers_json_result(run_ctitan({"generate", "--checkpoint", step.string(), "--prompt-ids", prompt,
+                                      "--max-new-tokens", "16", "--temperature", "0", "--json"}));
+  expect_same_greedy_ids(ours, ref["runs"][0], "imported Qwen3 step dir");
 }
 
 }  // namespace

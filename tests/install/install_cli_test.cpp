@@ -17,7 +17,7 @@ TEST(CliInstall, ExampleBuildsAgainstTheInstalledPackageAndTrains) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // The package, headers and the precompiled header's absence: a consumer compiles headers as is.
   EXPECT_TRUE(std::filesystem::exists(prefix + "/lib/cmake/ctitan/ctitanConfig.cmake"));
-  EXPECT_TRUE(std::filesystem::exists(prefix + "/include/ctitan/models/llama/model.h"));
+  EXPECT_TRUE(std::filesystem::exists(prefix + "/include/ctitan/models/common/transformer.h"));
   EXPECT_TRUE(std::filesystem::exists(prefix + "/bin/ctitan"));
 
   const std::string build = dir.file("example_build");

@@ -12,7 +12,8 @@
 #include "ctitan/common/error.h"
 #include "ctitan/config/config_manager.h"
 #include "ctitan/metrics/job_estimate.h"
-#include "ctitan/models/llama/flops.h"
+#include "ctitan/models/common/flops.h"
+#include "ctitan/models/model_spec.h"
 #include "ctitan/train/model_builder.h"
 #include "support/test_support.h"
 #include "support/tiny_job.h"
@@ -20,14 +21,14 @@
 namespace ctitan::metrics {
 namespace {
 
-using models::llama::llama3_flavor;
+using models::model_flavor;
 using testing::concat;
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 JobShape cpu_job(const std::string& flavor, int64_t batch, int64_t seq, bool bf16, int64_t dp_shard = 1) {
   JobShape job;
-  job.model = llama3_flavor(flavor);
+  job.model = model_flavor("llama3", flavor);
   job.local_batch_size = batch;
   job.seq_len = seq;
   job.bf16 = bf16;
@@ -48,7 +49,7 @@ HardwareProfile cpu_profile() {
 // fp32 master weights, fp32 gradients and AdamW's two fp32 moments: 16 bytes per parameter,
 // divided by the FSDP shards (the debug model's dims are all even: no padding over 2 shards).
 TEST(JobEstimate, ModelStateIsSixteenBytesPerParameterOverShards) {
-  const int64_t P = models::llama::count_params(llama3_flavor("debugmodel")).total;
+  const int64_t P = models::count_params(model_flavor("llama3", "debugmodel")).total;
   for (int64_t shards : {1, 2}) {
     auto m = estimate_memory(cpu_job("debugmodel", 1, 16, true, shards), cpu_profile());
     EXPECT_EQ(m.state_params_bytes, 4 * P / shards);
@@ -57,11 +58,11 @@ TEST(JobEstimate, ModelStateIsSixteenBytesPerParameterOverShards) {
   }
   // GPU, FSDP 8: the same 16 bytes per parameter over 8 shards (rounded per part).
   JobShape job;
-  job.model = llama3_flavor("8B");
+  job.model = model_flavor("llama3", "8B");
   job.local_batch_size = 1;
   job.seq_len = 8192;
   job.degrees.dp_shard = 8;
-  const int64_t P8 = models::llama::count_params(job.model).total;
+  const int64_t P8 = models::count_params(job.model).total;
   auto m = estimate_memory(job, hardware_profile("h100"));
   EXPECT_NEAR(double(m.state_params_bytes + m.state_grads_bytes + m.state_optimizer_bytes), 16.0 * double(P8) / 8, 4);
   // TP 8 shards every matmul weight and the vocabulary, not the norms' weights.
@@ -78,7 +79,7 @@ TEST(JobEstimate, ModelStateIsSixteenBytesPerParameterOverShards) {
 // Every term below is one tensor (or one kind of tensor) of ctitan's step.
 TEST(JobEstimate, DebugModelPeakAddsUpByHand) {
   const int64_t N = 4 * 256, d = 256, f = 768, H = 16, V = 2048, L = 6;
-  const int64_t P = models::llama::count_params(llama3_flavor("debugmodel")).total;  // 6,163,712
+  const int64_t P = models::count_params(model_flavor("llama3", "debugmodel")).total;  // 6,163,712
   const int64_t linear = L * (4 * d * d + 3 * d * f) + V * d;  // the matmul weights autocast casts
   const int64_t state = 4 * P + 8 * P;                         // fp32 weights + AdamW (no grads yet)
   const int64_t rope = 2 * 2048 * (16 / 2) * 4;                // cos, sin: (max_seq_len, head_dim / 2) fp32
@@ -105,7 +106,7 @@ TEST(JobEstimate, DebugModelPeakAddsUpByHand) {
 // Llama 3 8B, seq 8192, FSDP over 8 GPUs: the shape of torchtitan's published 8B run.
 JobShape eight_b_fsdp8(int64_t local_batch_size) {
   JobShape job;
-  job.model = llama3_flavor("8B");
+  job.model = model_flavor("llama3", "8B");
   job.seq_len = 8192;
   job.local_batch_size = local_batch_size;
   job.degrees.dp_shard = 8;
@@ -116,7 +117,7 @@ JobShape eight_b_fsdp8(int64_t local_batch_size) {
 struct Sizes {
   double d, hd, kv, f, L, V, lin;  // lin: the block's matmul weights per token (q, k, v, o, w1..3)
 };
-Sizes sizes_of(const models::llama::ModelArgs& a) {
+Sizes sizes_of(const models::ModelArgs& a) {
   const double d = double(a.dim), hd = double(a.n_heads * a.head_dim()), kv = double(a.kv_heads() * a.head_dim());
   const double f = double(a.ffn_hidden_dim());
   return {d, hd, kv, f, double(a.n_layers), double(a.vocab_size), 2 * d * hd + 2 * d * kv + 3 * d * f};
@@ -129,7 +130,7 @@ TEST(JobEstimate, FlopsPerTokenAndRecomputation) {
   const auto hw = hardware_profile("h100");
   const double none = L * (6 * lin + 6 * hd * T) + 6 * V * d;
   auto t = estimate_throughput(job, hw);
-  EXPECT_DOUBLE_EQ(t.flops_per_token, models::llama::flops_per_token(job.model, 8192));
+  EXPECT_DOUBLE_EQ(t.flops_per_token, models::flops_per_token(job.model, 8192));
   EXPECT_NEAR(t.executed_flops_per_token, none, 1e-9 * none);
   job.ac = ActivationCheckpoint::kFull;  // the blocks' forward again
   EXPECT_NEAR(estimate_throughput(job, hw).executed_flops_per_token, none + L * (2 * lin + 2 * hd * T), 1e-9 * none);
@@ -157,7 +158,7 @@ TEST(JobEstimate, Float8DoublesTheBlockMatmulRate) {
 // The pipeline bubble: (p - 1) of (v m + p - 1) slots, so (p - 1) / (v m) of the busy time.
 TEST(JobEstimate, PipelineBubble) {
   JobShape job;
-  job.model = llama3_flavor("405B");
+  job.model = model_flavor("llama3", "405B");
   job.seq_len = 8192;
   job.local_batch_size = 32;
   job.degrees = {1, 8, 8, 8};
@@ -186,7 +187,7 @@ void expect_estimate_input_error(const std::function<void()>& f, const std::stri
 
 TEST(JobEstimate, RejectsBadInputNamingTheFlag) {
   JobShape job;
-  job.model = llama3_flavor("8B");
+  job.model = model_flavor("llama3", "8B");
   job.seq_len = 8192;
   const auto gpu = hardware_profile("h100");
   job.degrees.tp = 3;
@@ -254,7 +255,7 @@ TEST(JobEstimate, TorchtitanPublishedH100Runs) {
               "published", "error");
   for (const auto& r : runs) {
     JobShape job;
-    job.model = llama3_flavor(r.flavor);
+    job.model = model_flavor("llama3", r.flavor);
     job.local_batch_size = r.local_batch;
     job.seq_len = 8192;
     job.degrees = {1, r.dp_shard, r.tp, r.pp};

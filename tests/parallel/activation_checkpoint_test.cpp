@@ -119,15 +119,15 @@ TEST(ActivationCheckpoint, FullCheckpointingLowersTheStepPeak) {
 // live then (the embedding output, the last block's output) is the same in every mode.
 int64_t bytes_kept_by_blocks(config::ActivationCheckpointMode mode, const std::string& option) {
   metrics::install_memory_tracker();
-  models::llama::ModelArgs args;
+  models::ModelArgs args;
   args.dim = 64;
   args.n_layers = 4;
   args.n_heads = 4;
   args.vocab_size = 32;
   args.max_seq_len = 128;
   torch::manual_seed(0);
-  models::llama::Transformer model(args);
-  models::llama::init_weights(*model);
+  models::Transformer model(args);
+  models::init_weights(*model);
   parallel::apply_activation_checkpointing(*model, {mode, option});
   auto tokens = torch::randint(args.vocab_size, {4, 128}, torch::kLong);  // (B, T)
   int64_t after_blocks = 0;
@@ -210,7 +210,7 @@ TEST(ActivationCheckpoint, OpSelectiveKeepsMatmulsAndAttentionAndGradientsAreExa
 // kernel's and both reduce-scatters' (7 ops), and the recompute takes all 7 back on each rank;
 // every gradient equals the TP model without checkpointing, bitwise.
 TEST(ActivationCheckpoint, OpSelectiveUnderTensorParallelKeepsTheReduceScatters) {
-  models::llama::ModelArgs args;
+  models::ModelArgs args;
   args.dim = 32;
   args.n_layers = 2;
   args.n_heads = 4;
@@ -222,12 +222,12 @@ TEST(ActivationCheckpoint, OpSelectiveUnderTensorParallelKeepsTheReduceScatters)
     auto group = std::shared_ptr<distributed::Communicator>(
         distributed::Communicator::create(store, "tp", rank, 2, std::chrono::seconds(60), "127.0.0.1"));
     auto grads = [&](bool op) {
-      models::llama::Transformer model{nullptr};
+      models::Transformer model{nullptr};
       {
         std::lock_guard<std::mutex> lock(build);
         torch::manual_seed(3);
-        model = models::llama::Transformer(args);
-        models::llama::init_weights(*model);
+        model = models::Transformer(args);
+        models::init_weights(*model);
       }
       parallel::tp::TensorParallel tp(*model, group, /*loss_parallel=*/true);
       if (op) parallel::apply_activation_checkpointing(*model, {config::ActivationCheckpointMode::kSelective, "op"});
@@ -311,14 +311,14 @@ TEST(ActivationCheckpoint, CheckpointedRunsTheForwardAgainForExactGradients) {
 
 // torchtitan's count: with k, the blocks whose 1-based index is a multiple of k.
 TEST(ActivationCheckpoint, SelectiveWrapsEveryKthBlockAsTorchtitanCounts) {
-  models::llama::ModelArgs args;
+  models::ModelArgs args;
   args.dim = 32;
   args.n_layers = 6;
   args.n_heads = 2;
   args.vocab_size = 16;
   args.max_seq_len = 8;
   auto wrapped = [&](config::ActivationCheckpointMode mode, const std::string& option) {
-    models::llama::Transformer model(args);
+    models::Transformer model(args);
     return parallel::apply_activation_checkpointing(*model, {mode, option});
   };
   EXPECT_EQ(wrapped(config::ActivationCheckpointMode::kNone, "2"), 0);

@@ -13,8 +13,8 @@
 
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/metrics/memory_tracker.h"
-#include "ctitan/models/llama/model.h"
-#include "ctitan/parallel/parallelize_llama.h"
+#include "ctitan/models/common/transformer.h"
+#include "ctitan/parallel/fsdp_plan.h"
 #include "support/thread_ranks.h"
 
 namespace ctitan::parallel {
@@ -27,8 +27,8 @@ int64_t tagged_total(const metrics::MemoryStats& s) {
   return std::accumulate(s.tagged_bytes.begin(), s.tagged_bytes.end(), int64_t(0));
 }
 
-models::llama::ModelArgs fsdp_tiny_args() {
-  models::llama::ModelArgs args;
+models::ModelArgs fsdp_tiny_args() {
+  models::ModelArgs args;
   args.dim = 128;  // blocks of 721 KiB
   args.n_layers = 3;
   args.n_heads = 4;
@@ -49,18 +49,18 @@ int64_t parameter_bytes(const torch::nn::Module& module) {
 // order: tok_embeddings, layers.0 .. layers.2, [norm, output].
 struct OneRankFsdp {
   std::shared_ptr<distributed::Communicator> group;
-  models::llama::Transformer model{nullptr};
+  models::Transformer model{nullptr};
   std::vector<int64_t> group_bytes;
   std::unique_ptr<fsdp::FSDPModule> fsdp;
 
   // `before_fsdp` registers hooks that must run inside FSDP's (see ProbeAtBackward).
-  explicit OneRankFsdp(const std::function<void(models::llama::TransformerImpl&)>& before_fsdp = {}) {
+  explicit OneRankFsdp(const std::function<void(models::TransformerImpl&)>& before_fsdp = {}) {
     metrics::install_memory_tracker();
     group = distributed::Communicator::create(testing::in_memory_store(), "dp", 0, 1, std::chrono::seconds(60),
                                               "127.0.0.1");
     torch::manual_seed(3);
-    model = models::llama::Transformer(fsdp_tiny_args());
-    models::llama::init_weights(*model);
+    model = models::Transformer(fsdp_tiny_args());
+    models::init_weights(*model);
     group_bytes.push_back(parameter_bytes(*model->tok_embeddings));
     for (auto* block : model->blocks()) group_bytes.push_back(parameter_bytes(*block));
     group_bytes.push_back(parameter_bytes(*model->norm) + parameter_bytes(*model->output));
@@ -152,7 +152,7 @@ TEST(FsdpMemory, ForwardHoldsOneGatherBufferBesideTheParametersInUse) {
 // never alive together ([norm, output], kept gathered from its forward, would be the largest).
 TEST(FsdpMemory, BackwardFreesEachGroupAsSoonAsItsReductionIsIssued) {
   std::vector<metrics::MemoryStats> at_backward(3);
-  OneRankFsdp run([&](models::llama::TransformerImpl& model) {
+  OneRankFsdp run([&](models::TransformerImpl& model) {
     for (auto* block : model.blocks()) {
       auto* slot = &at_backward[size_t(block->layer_id)];
       model.hooks.add_post_forward(*block, [slot](const torch::Tensor& y) {

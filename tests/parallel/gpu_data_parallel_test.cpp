@@ -11,17 +11,17 @@
 
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/distributed/rank_device.h"
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/transformer.h"
 #include "ctitan/parallel/ddp.h"
-#include "ctitan/parallel/parallelize_llama.h"
+#include "ctitan/parallel/fsdp_plan.h"
 #include "support/gpu.h"
 #include "support/thread_ranks.h"
 
 namespace ctitan::parallel {
 namespace {
 
-models::llama::ModelArgs gpu_tiny_args() {
-  models::llama::ModelArgs args;
+models::ModelArgs gpu_tiny_args() {
+  models::ModelArgs args;
   args.dim = 128;
   args.n_layers = 3;
   args.n_heads = 4;
@@ -32,15 +32,15 @@ models::llama::ModelArgs gpu_tiny_args() {
   return args;
 }
 
-models::llama::Transformer seeded_model_on(torch::Device device) {
+models::Transformer seeded_model_on(torch::Device device) {
   torch::manual_seed(3);
-  models::llama::Transformer model(gpu_tiny_args());
-  models::llama::init_weights(*model);
+  models::Transformer model(gpu_tiny_args());
+  models::init_weights(*model);
   model->to(device);
   return model;
 }
 
-torch::Tensor tiny_loss(models::llama::TransformerImpl& model, torch::Device device) {
+torch::Tensor tiny_loss(models::TransformerImpl& model, torch::Device device) {
   auto tokens = torch::arange(16, torch::kLong).mul(97).remainder(2048).reshape({2, 8}).to(device);
   return model.forward(tokens).pow(2).mean();
 }

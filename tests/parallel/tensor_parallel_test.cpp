@@ -8,7 +8,7 @@
 
 #include "ctitan/common/error.h"
 #include "ctitan/distributed/communicator.h"
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/transformer.h"
 #include "ctitan/ops/cross_entropy.h"
 #include "ctitan/parallel/tp/collective_matmul.h"
 #include "ctitan/parallel/tp/sequence_parallel.h"
@@ -47,7 +47,7 @@ TEST(TensorParallel, ShardRangeGivesCeilChunksAndAShorterLast) {
 
 // Every refusal names the key and both numbers (torchtitan went a year without the n_kv_heads one).
 TEST(TensorParallel, ValidationNamesTheKeyAndTheNumbers) {
-  models::llama::ModelArgs args;
+  models::ModelArgs args;
   args.dim = 64;
   args.n_heads = 4;
   args.n_kv_heads = 2;
@@ -184,8 +184,8 @@ TEST(TensorParallel, VocabParallelCrossEntropyEqualsTorchsAndItsGradient) {
   }), "");
 }
 
-models::llama::ModelArgs tp_tiny_args() {
-  models::llama::ModelArgs args;
+models::ModelArgs tp_tiny_args() {
+  models::ModelArgs args;
   args.dim = 64;
   args.n_layers = 2;
   args.n_heads = 4;
@@ -206,8 +206,8 @@ models::llama::ModelArgs tp_tiny_args() {
 TEST(TensorParallel, Tp2ModelLossAndGradientsEqualTheUnshardedModel) {
   auto args = tp_tiny_args();
   torch::manual_seed(11);
-  models::llama::Transformer reference(args);
-  models::llama::init_weights(*reference);
+  models::Transformer reference(args);
+  models::init_weights(*reference);
   auto tokens = torch::randint(0, 33, {2, 16}, torch::kLong);
   auto labels = torch::randint(0, 33, {2, 16}, torch::kLong);
   auto reference_loss = ops::cross_entropy_sum_reference(reference->forward(tokens).reshape({-1, 33}),
@@ -219,10 +219,10 @@ TEST(TensorParallel, Tp2ModelLossAndGradientsEqualTheUnshardedModel) {
   for (auto [loss_parallel, async] : {std::pair{true, false}, {false, false}, {true, true}, {false, true}}) {
     std::mutex build;  // model construction draws from the global generator
     EXPECT_EQ(on_tp_ranks([&](distributed::Communicator& group) {
-      models::llama::Transformer model{nullptr};
+      models::Transformer model{nullptr};
       {
         std::lock_guard<std::mutex> lock(build);
-        model = models::llama::Transformer(args);
+        model = models::Transformer(args);
         torch::NoGradGuard no_grad;
         auto source = reference->named_parameters();
         for (auto& p : model->named_parameters()) p.value().copy_(source[p.key()]);

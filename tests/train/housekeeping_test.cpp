@@ -4,14 +4,14 @@
 #include <torch/torch.h>
 
 #include "ctitan/metrics/memory_tracker.h"
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/transformer.h"
 
 namespace ctitan::train {
 namespace {
 
 // Page faults of one forward and backward of a one-layer model whose logits (8, 256, 8192) fp32
 // and their gradient are 64 MiB each: above the 32 MiB where glibc maps every block afresh.
-int64_t faults_for_a_step(models::llama::Transformer& model, const torch::Tensor& tokens) {
+int64_t faults_for_a_step(models::Transformer& model, const torch::Tensor& tokens) {
   auto before = metrics::minor_page_faults();
   for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
   model->forward(tokens).sum().backward();
@@ -28,10 +28,10 @@ TEST(Housekeeping, FreedMemoryReturnsToTheOsOnlyAtHousekeeping) {
   GTEST_SKIP() << "measures glibc malloc, which AddressSanitizer replaces";
 #endif
   constexpr int64_t kPagesOf64MiB = (64 << 20) / 4096;
-  models::llama::ModelArgs args;
+  models::ModelArgs args;
   args.dim = 64, args.n_layers = 1, args.n_heads = 4, args.vocab_size = 8192, args.max_seq_len = 256;
   torch::manual_seed(0);
-  models::llama::Transformer model(args);
+  models::Transformer model(args);
   auto tokens = torch::randint(0, args.vocab_size, {8, 256});
   faults_for_a_step(model, tokens);
   const int64_t default_faults = faults_for_a_step(model, tokens);

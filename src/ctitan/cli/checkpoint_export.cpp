@@ -16,6 +16,8 @@
 #include "ctitan/cli/model_source.h"
 #include "ctitan/common/error.h"
 #include "ctitan/config/config_manager.h"
+#include "ctitan/models/common/parameter_shapes.h"
+#include "ctitan/models/model_spec.h"
 #include "ctitan/train/model_builder.h"
 
 namespace ctitan::cli {
@@ -60,6 +62,16 @@ CLI::App& checkpoint_group(CLI::App& app) {
 config::JobConfig job_config_for(const checkpoint::hf::HfModel& hf, const std::string& config_path,
                                  const std::string& source) {
   auto job = config::load_job_config(config_path, {});
+  const auto& family = models::model_spec(hf.args.family).name;
+  if (job.model.name != family) {
+    if (!config_path.empty()) {
+      throw InputError(fmt::format("checkpoint import: {} is a {} model, but {} has model.name '{}'", source, family,
+                                   config_path, job.model.name));
+    }
+    // No --config: the family's first flavor gives the features config.json leaves implicit.
+    job.model.name = family;
+    job.model.flavor = models::model_spec(family).flavors.front().first;
+  }
   job.model.dim = hf.args.dim;
   job.model.n_layers = hf.args.n_layers;
   job.model.n_heads = hf.args.n_heads;
@@ -67,12 +79,16 @@ config::JobConfig job_config_for(const checkpoint::hf::HfModel& hf, const std::s
   job.model.vocab_size = hf.args.vocab_size;
   job.model.rope_theta = hf.args.rope_theta;
   job.model.norm_eps = hf.args.norm_eps;
+  job.model.head_dim = hf.args.explicit_head_dim;
+  job.model.hidden_dim = hf.args.ffn_hidden_dim();
   if (!hf.tokenizer_path.empty()) job.model.tokenizer_path = hf.tokenizer_path.string();
   auto rebuilt = train::model_args_from_config(job, nullptr);
-  if (checkpoint::hf::llama_parameter_shapes(rebuilt) != checkpoint::hf::llama_parameter_shapes(hf.args)) {
-    throw InputError(fmt::format("checkpoint import: {} has intermediate_size {}, but model.flavor '{}' builds {}; "
-                                 "pass --config with a flavor of that FFN size", source, hf.args.ffn_hidden_dim(),
-                                 job.model.flavor, rebuilt.ffn_hidden_dim()));
+  // What the overrides cannot set (QK-norm, a tied head) comes from the flavor.
+  if (models::parameter_shapes(rebuilt) != models::parameter_shapes(hf.args)) {
+    throw InputError(fmt::format("checkpoint import: model.flavor '{}' of {} builds other parameters than {} "
+                                 "(QK-norm {} vs {}, tied embeddings {} vs {}); pass --config with an untied flavor",
+                                 job.model.flavor, family, source, rebuilt.qk_norm, hf.args.qk_norm,
+                                 rebuilt.tie_word_embeddings, hf.args.tie_word_embeddings));
   }
   return job;
 }
@@ -88,7 +104,7 @@ void add_checkpoint_export_commands(CLI::App& app) {
     bool best = false, overwrite = false;
   };
   auto ea = std::make_shared<ExportArgs>();
-  auto* exp = group.add_subcommand("export", "Write a model as a Hugging Face LlamaForCausalLM directory");
+  auto* exp = group.add_subcommand("export", "Write a model as a Hugging Face directory (LlamaForCausalLM, Qwen3ForCausalLM)");
   exp->add_option("--input", ea->input, "Model: a checkpoint step directory or an HF export (with --best: a checkpoint folder)")->required();
   exp->add_flag("--best", ea->best, "--input is a checkpoint folder: export its best step (checkpoint.keep_best's best.json)");
   exp->add_option("--output", ea->output, "New directory to write (or an empty one)")->required();
@@ -128,7 +144,7 @@ void add_checkpoint_export_commands(CLI::App& app) {
     bool overwrite = false;
   };
   auto ia = std::make_shared<ImportArgs>();
-  auto* imp = group.add_subcommand("import", "Read a Hugging Face Llama directory into a seed checkpoint");
+  auto* imp = group.add_subcommand("import", "Read a Hugging Face Llama 3 or Qwen3 directory into a seed checkpoint");
   imp->add_option("--input", ia->input, "HF directory (config.json + model.safetensors[.index.json])")->required();
   imp->add_option("--output", ia->output, "Step directory to write (new, or an empty directory)")->required();
   imp->add_flag("--overwrite", ia->overwrite, "Replace a non-empty --output (e.g. a training step directory), once the new one is written");

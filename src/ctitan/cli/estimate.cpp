@@ -17,7 +17,7 @@
 #include "ctitan/metrics/job_estimate.h"
 #include "ctitan/metrics/memory_tracker.h"
 #include "ctitan/metrics/peak_flops.h"
-#include "ctitan/models/llama/flops.h"
+#include "ctitan/models/common/flops.h"
 #include "ctitan/train/model_builder.h"
 
 namespace ctitan::cli {
@@ -91,7 +91,7 @@ metrics::HardwareProfile resolve_hardware(const EstimateFlags& f, const config::
 nlohmann::json to_json(const metrics::JobShape& job, const metrics::HardwareProfile& hw, const metrics::JobEstimate& e) {
   const auto& m = e.memory;
   const auto& t = e.throughput;
-  const auto params = models::llama::count_params(job.model);
+  const auto params = models::count_params(job.model);
   return {
       {"model", {{"params", params.total}, {"non_embedding_params", params.total - params.embedding}}},
       {"layout",
@@ -132,13 +132,13 @@ void print_table(const config::JobConfig& config, const metrics::JobShape& job, 
                  const metrics::JobEstimate& e) {
   const auto& m = e.memory;
   const auto& t = e.throughput;
-  const auto params = models::llama::count_params(job.model);
+  const auto params = models::count_params(job.model);
   const auto& g = job.degrees;
   const char* device = hw.is_gpu ? "GPU" : "rank";
   // Under PP the local batch is split into the schedule's microbatches; otherwise each
   // microbatch of gradient accumulation is a local batch.
   const int64_t microbatches = g.pp > 1 ? (job.pp_microbatches > 0 ? job.pp_microbatches : g.pp) : job.grad_accum_steps;
-  fmt::print("model      llama3 {}: {:.3f}B params; local batch {} x seq {}, {} microbatch{} per step\n",
+  fmt::print("model      {} {}: {:.3f}B params; local batch {} x seq {}, {} microbatch{} per step\n", config.model.name,
              config.model.flavor, double(params.total) / 1e9, job.local_batch_size, job.seq_len, microbatches,
              microbatches > 1 ? "es" : "");
   fmt::print("layout     dp_replicate {} x dp_shard {} x tp {} x pp {} = {} {}{}; {}; AC {}{}{}{}\n", g.dp_replicate,

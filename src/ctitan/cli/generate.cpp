@@ -1,5 +1,5 @@
 // `ctitan generate --checkpoint PATH (--prompt TEXT | --prompt-ids 1,2,3) ...`: sample from a
-// trained model with a KV cache (models/llama/generate.h).
+// trained model with a KV cache (models/common/generate.h).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -16,7 +16,7 @@
 #include "ctitan/common/error.h"
 #include "ctitan/common/threads.h"
 #include "ctitan/data/tokenizer.h"
-#include "ctitan/models/llama/generate.h"
+#include "ctitan/models/common/generate.h"
 
 namespace ctitan::cli {
 namespace {
@@ -59,7 +59,7 @@ CLI::Validator non_negative() {
 void add_generate_command(CLI::App& app) {
   struct Args {
     std::string checkpoint, prompt, prompt_ids, config, tokenizer;
-    models::llama::SamplingOptions sampling;
+    models::SamplingOptions sampling;
     bool json = false;
   };
   auto a = std::make_shared<Args>();
@@ -99,7 +99,7 @@ void add_generate_command(CLI::App& app) {
     if (tokenizer) a->sampling.stop_token = tokenizer->eos_id();
 
     auto model = build_model_from_source(source);
-    auto ids = models::llama::generate(*model, prompt, a->sampling);
+    auto ids = models::generate(*model, prompt, a->sampling);
 
     std::string text;
     if (tokenizer) {

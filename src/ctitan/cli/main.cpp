@@ -43,7 +43,7 @@ std::string usage_error_line(const CLI::App& app, const CLI::ParseError& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ctitan: Llama pretraining in C++ on libtorch"};
+  CLI::App app{"ctitan: LLM pretraining in C++ on libtorch"};
   app.require_subcommand(1);
   // Versions of ctitan and libtorch, CUDA/NCCL compiled in or not, the CPU's vector ISA.
   app.set_version_flag("--version", [] { return ctitan::build_report(); });

@@ -47,8 +47,8 @@ ModelSource open_model_source(const std::string& path, const std::string& config
                                "nor a checkpoint step directory ({})", path, checkpoint::kMetadataFile));
 }
 
-models::llama::Transformer build_model_from_source(const ModelSource& source) {
-  models::llama::Transformer model(source.args);
+models::Transformer build_model_from_source(const ModelSource& source) {
+  models::Transformer model(source.args);
   torch::NoGradGuard no_grad;
   for (auto& item : model->named_parameters()) {
     item.value().copy_(require_state(source.model, item.key()).to(torch::kFloat));

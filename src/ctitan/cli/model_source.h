@@ -5,14 +5,14 @@
 #include <string>
 
 #include "ctitan/common/state_dict.h"
-#include "ctitan/models/llama/args.h"
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/model_args.h"
+#include "ctitan/models/common/transformer.h"
 
 namespace ctitan::cli {
 
 struct ModelSource {
   StateDict model;              // full tensors by torchtitan FQN
-  models::llama::ModelArgs args;
+  models::ModelArgs args;
   std::string tokenizer_path;   // "" when the source names none
 };
 
@@ -22,6 +22,6 @@ struct ModelSource {
 ModelSource open_model_source(const std::string& path, const std::string& config_path);
 
 // An fp32 model holding `source`'s weights, in eval use (no grad needed).
-models::llama::Transformer build_model_from_source(const ModelSource& source);
+models::Transformer build_model_from_source(const ModelSource& source);
 
 }  // namespace ctitan::cli

@@ -80,14 +80,16 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"job", "description", &c.job.description, "free text, printed at startup"},
       {"job", "print_config", &c.job.print_config, "print the resolved config as TOML at startup"},
 
-      {"model", "name", &c.model.name, "model family; only llama3 exists"},
-      {"model", "flavor", &c.model.flavor, "model size: debugmodel | 134M | 8B | 70B | 405B"},
+      {"model", "name", &c.model.name, "model family: llama3 | qwen3"},
+      {"model", "flavor", &c.model.flavor, "model size; llama3: debugmodel | 134M | 8B | 70B | 405B; qwen3: debugmodel | 0.6B | 1.7B | 4B | 8B | 14B | 32B"},
       {"model", "tokenizer_path", &c.model.tokenizer_path, "tiktoken rank file (tokenizer.model), tokenizer.json, or a directory with either"},
       {"model", "dim", &c.model.dim, "model width; 0 keeps the flavor's"},
       {"model", "n_layers", &c.model.n_layers, "transformer blocks; 0 keeps the flavor's"},
       {"model", "n_heads", &c.model.n_heads, "attention heads; 0 keeps the flavor's"},
       {"model", "n_kv_heads", &c.model.n_kv_heads, "key/value heads (GQA); 0 keeps the flavor's"},
       {"model", "vocab_size", &c.model.vocab_size, "vocabulary size (at least the tokenizer's); 0 keeps the flavor's"},
+      {"model", "head_dim", &c.model.head_dim, "attention head width; 0 keeps the flavor's (dim / n_heads for llama3)"},
+      {"model", "hidden_dim", &c.model.hidden_dim, "feed-forward width; 0 keeps the flavor's"},
       {"model", "rope_theta", &c.model.rope_theta, "RoPE base; 0 keeps the flavor's"},
       {"model", "norm_eps", &c.model.norm_eps, "RMSNorm epsilon; 0 keeps the flavor's"},
 

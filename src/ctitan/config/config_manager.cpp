@@ -15,6 +15,7 @@
 #include "ctitan/common/message_text.h"
 #include "ctitan/config/config_fields.h"
 #include "ctitan/config/config_help.h"
+#include "ctitan/models/model_spec.h"
 
 namespace ctitan::config {
 namespace {
@@ -332,7 +333,7 @@ void check_config(const JobConfig& c) {
     }
   }
   const auto& t = c.training;
-  require(c.model.name == "llama3", fmt::format("model.name must be llama3 (got '{}')", c.model.name));
+  models::model_flavor(c.model.name, c.model.flavor);  // a ConfigError naming model.name or model.flavor
   require(c.model.rope_theta >= 0, fmt::format("model.rope_theta must be > 0, or 0 for the flavor's (got {})",
                                                c.model.rope_theta));
   require(c.model.norm_eps >= 0, fmt::format("model.norm_eps must be > 0, or 0 for the flavor's (got {})",
@@ -410,7 +411,8 @@ void check_config(const JobConfig& c) {
   require(ck.keep_latest_k >= 0, fmt::format("checkpoint.keep_latest_k must be >= 0 (got {})", ck.keep_latest_k));
   for (auto [key, v] : {std::pair{"dim", c.model.dim}, {"n_layers", c.model.n_layers},
                         {"n_heads", c.model.n_heads}, {"n_kv_heads", c.model.n_kv_heads},
-                        {"vocab_size", c.model.vocab_size}}) {
+                        {"vocab_size", c.model.vocab_size}, {"head_dim", c.model.head_dim},
+                        {"hidden_dim", c.model.hidden_dim}}) {
     require(v >= 0, fmt::format("model.{} must be >= 0 (got {}; 0 keeps the flavor's value)", key, v));
   }
 }

@@ -33,8 +33,8 @@ struct Job {
 };
 
 struct Model {
-  std::string name = "llama3";          // model family; only llama3 exists
-  std::string flavor = "debugmodel";    // debugmodel | 134M | 8B | 70B | 405B (models/llama/args.cpp)
+  std::string name = "llama3";          // model family: llama3 | qwen3 (models/model_spec.h)
+  std::string flavor = "debugmodel";    // the family's size (models/<family>/flavors.cpp)
   std::string tokenizer_path = "";      // tiktoken rank file (tokenizer.model), tokenizer.json, or a directory with either
   // Optional shape overrides on top of the flavor; 0 keeps the flavor's value. Tests use these
   // to build tiny models without adding flavors.
@@ -43,6 +43,8 @@ struct Model {
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;
   int64_t vocab_size = 0;
+  int64_t head_dim = 0;     // attention head width, when not dim / n_heads (Qwen3)
+  int64_t hidden_dim = 0;   // feed-forward width, instead of the family's rule
   // RoPE base and RMSNorm epsilon; 0 keeps the flavor's. `checkpoint import` sets them from an
   // HF config.json, so a model trained with other values keeps them.
   double rope_theta = 0;

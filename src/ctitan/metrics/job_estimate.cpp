@@ -12,7 +12,7 @@
 #include "ctitan/common/error.h"
 #include "ctitan/metrics/job_estimate_shape.h"
 #include "ctitan/metrics/job_estimate_walk.h"
-#include "ctitan/models/llama/flops.h"
+#include "ctitan/models/common/flops.h"
 
 namespace ctitan::metrics {
 
@@ -94,7 +94,7 @@ double collective_bandwidth(const HardwareProfile& hw, int64_t span) {
 
 }  // namespace
 
-JobShape job_shape_from_config(const config::JobConfig& config, const models::llama::ModelArgs& model,
+JobShape job_shape_from_config(const config::JobConfig& config, const models::ModelArgs& model,
                                int64_t world_size) {
   JobShape job;
   job.model = model;
@@ -202,7 +202,7 @@ ThroughputEstimate estimate_throughput(const JobShape& job, const HardwareProfil
   const bool fused = !hw.is_gpu || job.compile;
 
   ThroughputEstimate out;
-  out.flops_per_token = models::llama::flops_per_token(job.model, job.seq_len);
+  out.flops_per_token = models::flops_per_token(job.model, job.seq_len);
   const LayerCost layer = layer_cost(job, fused);
   const double V = double(w.vocab), d = double(w.d);
   const double output_flops = 6 * V * d;       // bf16: torchtitan's float8 conversion skips `output`

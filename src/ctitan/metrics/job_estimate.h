@@ -16,7 +16,7 @@
 
 #include "ctitan/config/job_config.h"
 #include "ctitan/metrics/hardware_profiles.h"
-#include "ctitan/models/llama/args.h"
+#include "ctitan/models/common/model_args.h"
 
 namespace ctitan::metrics {
 
@@ -32,7 +32,7 @@ struct ParallelDegrees {
 };
 
 struct JobShape {
-  models::llama::ModelArgs model;
+  models::ModelArgs model;
   int64_t local_batch_size = 1;  // sequences per dp rank per microbatch of gradient accumulation
   int64_t seq_len = 2048;
   int64_t grad_accum_steps = 1;  // microbatches per optimizer step (training.global_batch_size)
@@ -52,7 +52,7 @@ struct JobShape {
 
 // A JobShape from a job config (its [training] and [parallelism] keys) and the model it builds
 // (train::model_args_from_config). `world_size` resolves data_parallel_shard_degree = -1.
-JobShape job_shape_from_config(const config::JobConfig& config, const models::llama::ModelArgs& model,
+JobShape job_shape_from_config(const config::JobConfig& config, const models::ModelArgs& model,
                                int64_t world_size);
 
 // Throws InputError naming the flag or key when degrees do not divide the model or the batch,
@@ -78,7 +78,7 @@ struct MemoryEstimate {
 };
 
 struct ThroughputEstimate {
-  double flops_per_token = 0;           // torchtitan's count (models/llama/flops.h): what MFU counts
+  double flops_per_token = 0;           // torchtitan's count (models/common/flops.h): what MFU counts
   double executed_flops_per_token = 0;  // + recomputation; attention counted causally (half)
   double matmul_seconds = 0;            // per step, per GPU
   double elementwise_seconds = 0;       // norms, RoPE, SwiGLU, residuals, loss, float8 casts: memory-bound

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "ctitan/metrics/job_estimate.h"
-#include "ctitan/models/llama/args.h"
+#include "ctitan/models/common/model_args.h"
 
 namespace ctitan::metrics::job_estimate {
 
@@ -20,7 +20,7 @@ struct Widths {
   int64_t vocab = 0;
   int64_t layers = 0;
   bool gqa = false;   // n_kv_heads < n_heads: repeat_kv materializes k and v at width hd
-  explicit Widths(const models::llama::ModelArgs& a)
+  explicit Widths(const models::ModelArgs& a)
       : d(a.dim), hd(a.n_heads * a.head_dim()), kv(a.kv_heads() * a.head_dim()), f(a.ffn_hidden_dim()),
         heads(a.n_heads), vocab(a.vocab_size), layers(a.n_layers), gqa(a.kv_heads() < a.n_heads) {}
   // k and v as attention receives them (and saves them).

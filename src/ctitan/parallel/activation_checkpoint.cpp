@@ -109,7 +109,7 @@ torch::Tensor checkpointed(const torch::Tensor& input, const models::ModuleHooks
   return output;
 }
 
-int apply_activation_checkpointing(models::llama::TransformerImpl& model, const config::ActivationCheckpoint& ac) {
+int apply_activation_checkpointing(models::TransformerImpl& model, const config::ActivationCheckpoint& ac) {
   if (ac.mode == config::ActivationCheckpointMode::kNone) return 0;
   int64_t every = 1;
   if (ac.mode == config::ActivationCheckpointMode::kSelective) {

@@ -11,7 +11,7 @@
 // (FSDP's pre-backward gather happens before the checkpoint's backward, which then recomputes;
 // the parameters stay gathered until the block's gradients are reduced). No extra gather.
 #include "ctitan/config/job_config.h"
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/transformer.h"
 
 namespace ctitan::parallel {
 
@@ -21,7 +21,7 @@ namespace ctitan::parallel {
 // selective AC (op_selective_checkpoint.h: the outputs of matmuls, attention and the tp
 // reduce-scatter are kept, the rest recomputed). Returns how many blocks were wrapped. Throws
 // ConfigError for an option that is neither "op" nor a non-negative integer.
-int apply_activation_checkpointing(models::llama::TransformerImpl& model, const config::ActivationCheckpoint& ac);
+int apply_activation_checkpointing(models::TransformerImpl& model, const config::ActivationCheckpoint& ac);
 
 // One checkpointed call of `forward` on `input`. The region must not span an FSDP group
 // boundary or hold the parameters whose gradients are ready first in backward (the output

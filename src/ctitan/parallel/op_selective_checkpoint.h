@@ -55,7 +55,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "ctitan/models/module_hooks.h"
+#include "ctitan/models/common/module_hooks.h"
 
 namespace ctitan::parallel {
 

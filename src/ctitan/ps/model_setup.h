@@ -12,7 +12,7 @@
 #include "ctitan/config/job_config.h"
 #include "ctitan/data/packed_loader.h"
 #include "ctitan/data/tokenizer.h"
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/transformer.h"
 #include "ctitan/ps/ps_config.h"
 
 namespace ctitan::ps {
@@ -22,8 +22,8 @@ inline constexpr const char* kEmbedding = "tok_embeddings.weight";
 
 struct SeededModel {
   std::shared_ptr<const data::Tokenizer> tokenizer;  // null without model.tokenizer_path
-  models::llama::ModelArgs args;
-  models::llama::Transformer model{nullptr};
+  models::ModelArgs args;
+  models::Transformer model{nullptr};
   std::vector<std::pair<std::string, torch::Tensor>> named_params;  // named_parameters() order
   std::vector<torch::Tensor> params;                                // the same, without names
 };

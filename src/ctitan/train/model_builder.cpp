@@ -3,23 +3,29 @@
 #include <fmt/format.h>
 
 #include "ctitan/common/error.h"
+#include "ctitan/models/model_spec.h"
 
 namespace ctitan::train {
 
-models::llama::ModelArgs model_args_from_config(const config::JobConfig& config, const data::Tokenizer* tokenizer) {
-  auto args = models::llama::llama3_flavor(config.model.flavor);
+models::ModelArgs model_args_from_config(const config::JobConfig& config, const data::Tokenizer* tokenizer) {
+  auto args = models::model_flavor(config.model.name, config.model.flavor);
   const auto& m = config.model;
   if (m.dim) args.dim = m.dim;
   if (m.n_layers) args.n_layers = m.n_layers;
   if (m.n_heads) args.n_heads = m.n_heads;
   if (m.n_kv_heads) args.n_kv_heads = m.n_kv_heads;
   if (m.vocab_size) args.vocab_size = m.vocab_size;
+  if (m.head_dim) args.explicit_head_dim = m.head_dim;
+  if (m.hidden_dim) args.ffn_dim = m.hidden_dim;
   if (m.rope_theta > 0) args.rope_theta = m.rope_theta;
   if (m.norm_eps > 0) args.norm_eps = m.norm_eps;
   args.max_seq_len = std::max(args.max_seq_len, config.training.seq_len);
 
-  if (args.dim % args.n_heads != 0 || args.head_dim() % 2 != 0) {
+  if (args.explicit_head_dim == 0 && (args.dim % args.n_heads != 0 || args.head_dim() % 2 != 0)) {
     throw ConfigError(fmt::format("model.dim {} must be a multiple of 2 * model.n_heads {}", args.dim, args.n_heads));
+  }
+  if (args.head_dim() % 2 != 0) {  // RoPE rotates pairs
+    throw ConfigError(fmt::format("model.head_dim {} must be even", args.head_dim()));
   }
   if (args.n_heads % args.kv_heads() != 0) {
     throw ConfigError(fmt::format("model.n_heads {} must be a multiple of model.n_kv_heads {}", args.n_heads,
@@ -32,9 +38,9 @@ models::llama::ModelArgs model_args_from_config(const config::JobConfig& config,
   return args;
 }
 
-models::llama::Transformer build_model(const models::llama::ModelArgs& args, torch::Device device) {
-  models::llama::Transformer model(args);
-  models::llama::init_weights(*model);
+models::Transformer build_model(const models::ModelArgs& args, torch::Device device) {
+  models::Transformer model(args);
+  models::init_weights(*model);
   model->to(device);
   return model;
 }

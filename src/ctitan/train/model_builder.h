@@ -4,15 +4,15 @@
 
 #include "ctitan/config/job_config.h"
 #include "ctitan/data/tokenizer.h"
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/transformer.h"
 
 namespace ctitan::train {
 
-// The flavor's args with the config's overrides; max_seq_len covers training.seq_len. Checks
+// model.name's flavor (models/model_spec.h) with the config's overrides; max_seq_len covers training.seq_len. Checks
 // that the tokenizer (if any) fits in the model's vocabulary and that heads divide evenly.
-models::llama::ModelArgs model_args_from_config(const config::JobConfig& config, const data::Tokenizer* tokenizer);
+models::ModelArgs model_args_from_config(const config::JobConfig& config, const data::Tokenizer* tokenizer);
 
 // Builds and initialises the model with the current default RNG, then moves it to `device`.
-models::llama::Transformer build_model(const models::llama::ModelArgs& args, torch::Device device);
+models::Transformer build_model(const models::ModelArgs& args, torch::Device device);
 
 }  // namespace ctitan::train

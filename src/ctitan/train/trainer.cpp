@@ -22,7 +22,7 @@
 #include "ctitan/metrics/memory_tracker.h"
 #include "ctitan/metrics/peak_flops.h"
 #include "ctitan/metrics/profiler.h"
-#include "ctitan/models/llama/flops.h"
+#include "ctitan/models/common/flops.h"
 #include "ctitan/train/autocast.h"
 #include "ctitan/train/determinism.h"
 #include "ctitan/train/grad_clip.h"
@@ -62,6 +62,7 @@ Trainer::Trainer(config::JobConfig config)
   }
   auto args = model_args_from_config(config_, tokenizer_.get());
   refuse_if_the_step_cannot_fit(args);
+  refuse_layouts_the_model_lacks(args);
   model_ = build_model(args, device_);
   setup_parallelism();
 
@@ -78,7 +79,7 @@ Trainer::Trainer(config::JobConfig config)
   grad_accum_steps_ = global_batch / (t.local_batch_size * dp_degree_);
   dataloader_ = make_loader(t.dataset_path, t.dataset, "training.dataset_path");
 
-  const double flops_per_token = models::llama::flops_per_token(args, t.seq_len);
+  const double flops_per_token = models::flops_per_token(args, t.seq_len);
   auto peak = metrics::resolve_peak_flops(config_.metrics.peak_flops, bf16_ ? torch::kBFloat16 : torch::kFloat, device_);
 
   checkpointer_ = std::make_unique<checkpoint::CheckpointManager>(
@@ -129,9 +130,9 @@ Trainer::Trainer(config::JobConfig config)
   housekeeper_ = std::make_unique<Housekeeper>(
       HousekeepingOptions{t.housekeeping_freq, config_.debug.check_leaks, 0}, [this] { metrics_->flush(); });
 
-  auto params = models::llama::count_params(args);
-  spdlog::info("model llama3 {}: {:.2f}M params ({:.2f}M non-embedding), dim {} layers {} heads {} kv_heads {} "
-               "ffn {} vocab {}", config_.model.flavor, params.total / 1e6, (params.total - params.embedding) / 1e6,
+  auto params = models::count_params(args);
+  spdlog::info("model {} {}: {:.2f}M params ({:.2f}M non-embedding), dim {} layers {} heads {} kv_heads {} "
+               "ffn {} vocab {}", config_.model.name, config_.model.flavor, params.total / 1e6, (params.total - params.embedding) / 1e6,
                args.dim, args.n_layers, args.n_heads, args.kv_heads(), args.ffn_hidden_dim(), args.vocab_size);
   if (bf16_ && device_.is_cpu() && !cpu_has_fast_bf16_gemm()) {
     spdlog::warn("bf16 on a CPU without bf16 instructions ({}): libtorch's bf16 matmuls are several times "
@@ -147,7 +148,7 @@ Trainer::Trainer(config::JobConfig config)
                peak.source);
 }
 
-void Trainer::refuse_if_the_step_cannot_fit(const models::llama::ModelArgs& args) const {
+void Trainer::refuse_if_the_step_cannot_fit(const models::ModelArgs& args) const {
   // The CPU walk of `ctitan estimate` follows ctitan's own step (within 2% of the measured peak)
   // without TP, PP or activation checkpointing; other runs are not checked (it would overestimate).
   if (!device_.is_cpu() || config_.parallelism.tensor_parallel_degree != 1 ||

@@ -18,7 +18,7 @@
 #include "ctitan/data/tokenizer.h"
 #include "ctitan/distributed/init_distributed.h"
 #include "ctitan/metrics/metrics_processor.h"
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/transformer.h"
 #include "ctitan/train/adamw.h"
 #include "ctitan/train/grad_clip.h"
 #include "ctitan/train/housekeeping.h"
@@ -54,7 +54,7 @@ class Trainer {
   // Mean token loss over validation.steps batches, from the start of the validation data.
   double validate();
 
-  models::llama::TransformerImpl& model() { return *model_; }
+  models::TransformerImpl& model() { return *model_; }
   torch::Device device() const { return device_; }  // cuda:LOCAL_RANK or the CPU (training.device)
   AdamW& optimizer() { return *optimizer_; }
   LrScheduler& lr_scheduler() { return *lr_scheduler_; }
@@ -79,14 +79,17 @@ class Trainer {
   void setup_pipeline();
   // model_, then an interleaved schedule's other stages of this rank: what TP, AC and data
   // parallelism are applied to, each part on its own.
-  std::vector<models::llama::TransformerImpl*> model_parts() const;
+  std::vector<models::TransformerImpl*> model_parts() const;
   // One data-parallel wrapper per model part, seen by the trainer as one (DataParallelParts).
   using PartWrapper = std::unique_ptr<parallel::DataParallel>;
-  PartWrapper wrap_each_part(const std::function<PartWrapper(models::llama::TransformerImpl&)>& wrap);
+  PartWrapper wrap_each_part(const std::function<PartWrapper(models::TransformerImpl&)>& wrap);
   // A ConfigError with the numbers when `ctitan estimate`'s memory walk says the step cannot fit
   // in this rank's share of the machine's memory (CPU runs without TP or AC), before anything
   // is allocated.
-  void refuse_if_the_step_cannot_fit(const models::llama::ModelArgs& args) const;
+  void refuse_if_the_step_cannot_fit(const models::ModelArgs& args) const;
+  // A ConfigError naming model.flavor when the layout needs what the model lacks (tied
+  // embeddings under FSDP, TP or PP); before anything is built.
+  void refuse_layouts_the_model_lacks(const models::ModelArgs& args) const;
   // Throws, naming the step, when the gradient norm is not finite: before the update for CPU
   // norms; device norms are recorded and thrown by check_no_non_finite_step() (log steps, saves).
   void stop_if_not_finite(const torch::Tensor& grad_norm);
@@ -110,11 +113,11 @@ class Trainer {
   torch::Device device_;
   bool bf16_;
   std::shared_ptr<const data::Tokenizer> tokenizer_;
-  models::llama::Transformer model_{nullptr};
+  models::Transformer model_{nullptr};
   // Pipeline parallelism: model_ is this rank's first stage; an interleaved schedule's other
   // stages are more_stage_models_; stage_models_ maps every stage of this rank to its model.
-  std::vector<models::llama::Transformer> more_stage_models_;
-  std::map<int, models::llama::TransformerImpl*> stage_models_;
+  std::vector<models::Transformer> more_stage_models_;
+  std::map<int, models::TransformerImpl*> stage_models_;
   std::vector<int> stage_of_part_;  // model_parts()[i] is stage stage_of_part_[i]
   // Each local stage's data-parallel wrapper (in data_parallel_), for the schedule's per-stage sync.
   std::map<int, parallel::DataParallel*> stage_data_parallel_;

@@ -4,16 +4,28 @@
 #include <spdlog/spdlog.h>
 
 #include "ctitan/common/dtype_names.h"
+#include "ctitan/common/error.h"
 #include "ctitan/config/config_fields.h"
 #include "ctitan/parallel/activation_checkpoint.h"
 #include "ctitan/parallel/data_parallel_parts.h"
 #include "ctitan/parallel/ddp.h"
-#include "ctitan/parallel/parallelize_llama.h"
+#include "ctitan/parallel/fsdp_plan.h"
 #include "ctitan/parallel/pipeline/pipeline_parallel.h"
 #include "ctitan/train/autocast.h"
 #include "ctitan/train/trainer.h"
 
 namespace ctitan::train {
+
+void Trainer::refuse_layouts_the_model_lacks(const models::ModelArgs& args) const {
+  if (dist_ && args.tie_word_embeddings &&
+      (dist_->dims.pp_enabled() || dist_->dims.tp_enabled() || dist_->dims.fsdp_enabled())) {
+    // The head reads the embedding's weight: PP puts them on different stages, and FSDP's and
+    // TP's per-module sharding has no unit that holds both yet.
+    throw ConfigError(fmt::format("model.flavor '{}' of {} ties the output layer to tok_embeddings, which trains on "
+                                  "one process or with DDP only (not FSDP, TP or PP); use an untied flavor",
+                                  config_.model.flavor, config_.model.name));
+  }
+}
 
 // Parallelism is applied to the built model from outside, as torchtitan's parallelize step.
 void Trainer::setup_parallelism() {
@@ -52,7 +64,7 @@ void Trainer::setup_parallelism() {
         bf16_ ? torch::kBFloat16 : torch::kFloat,
         config_.training.mixed_precision_reduce};
     const auto& p = config_.parallelism;
-    data_parallel_ = wrap_each_part([&](models::llama::TransformerImpl& part) -> PartWrapper {
+    data_parallel_ = wrap_each_part([&](models::TransformerImpl& part) -> PartWrapper {
       return parallel::apply_fsdp(part, groups, mp, p.fsdp_reshard_after_forward, dims.pp_enabled());
     });
     sync_every_microbatch_ = p.fsdp_gradient_sync == config::GradientSync::kEveryMicrobatch;
@@ -62,7 +74,7 @@ void Trainer::setup_parallelism() {
                  config::name_of(p.fsdp_gradient_sync));
   } else if (dims.ddp_enabled()) {
     size_t buckets = 0;
-    data_parallel_ = wrap_each_part([&](models::llama::TransformerImpl& part) -> PartWrapper {
+    data_parallel_ = wrap_each_part([&](models::TransformerImpl& part) -> PartWrapper {
       std::vector<std::pair<std::string, torch::Tensor>> named;
       for (const auto& item : part.named_parameters()) named.emplace_back(item.key(), item.value());
       auto ddp = std::make_unique<parallel::DistributedDataParallel>(std::move(named), dp_group_,
@@ -75,13 +87,13 @@ void Trainer::setup_parallelism() {
   }
 }
 
-std::vector<models::llama::TransformerImpl*> Trainer::model_parts() const {
-  std::vector<models::llama::TransformerImpl*> parts{model_.ptr().get()};
+std::vector<models::TransformerImpl*> Trainer::model_parts() const {
+  std::vector<models::TransformerImpl*> parts{model_.ptr().get()};
   for (const auto& part : more_stage_models_) parts.push_back(part.ptr().get());
   return parts;
 }
 
-Trainer::PartWrapper Trainer::wrap_each_part(const std::function<PartWrapper(models::llama::TransformerImpl&)>& wrap) {
+Trainer::PartWrapper Trainer::wrap_each_part(const std::function<PartWrapper(models::TransformerImpl&)>& wrap) {
   const auto parts = model_parts();
   if (parts.size() == 1) {
     auto wrapped = wrap(*parts.front());

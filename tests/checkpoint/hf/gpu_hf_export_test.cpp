@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ctitan/checkpoint/hf/hf_export.h"
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/transformer.h"
 #include "ctitan/train/trainer.h"
 #include "support/gpu.h"
 #include "support/test_support.h"
@@ -45,7 +45,7 @@ TEST(GpuHfExport, ACudaRunsExportGivesItsLogitsInTransformersOnCuda) {
   torch::Tensor ours;
   {
     torch::NoGradGuard no_grad;
-    models::llama::Transformer model(args);
+    models::Transformer model(args);
     for (auto& p : model->named_parameters()) p.value().copy_(state.at(p.key()));
     model->to(torch::Device(torch::kCUDA, 0));
     model->eval();

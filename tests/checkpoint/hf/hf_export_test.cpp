@@ -8,19 +8,20 @@
 #include <set>
 
 #include "ctitan/checkpoint/hf/hf_config.h"
+#include "ctitan/models/common/parameter_shapes.h"
 #include "ctitan/checkpoint/hf/hf_import.h"
 #include "ctitan/checkpoint/hf/hf_names.h"
 #include "ctitan/checkpoint/hf/safetensors.h"
 #include "ctitan/common/error.h"
 #include "ctitan/data/tokenizer.h"
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/transformer.h"
 #include "support/test_support.h"
 
 namespace ctitan::checkpoint::hf {
 namespace {
 
 namespace fs = std::filesystem;
-using models::llama::ModelArgs;
+using models::ModelArgs;
 using testing::TempDir;
 
 // GQA (2 kv heads for 4) and an FFN size off the default formula, so both are carried through.
@@ -34,8 +35,8 @@ ModelArgs small_args() {
 
 StateDict random_state(const ModelArgs& args) {
   torch::manual_seed(3);
-  models::llama::Transformer model(args);
-  models::llama::init_weights(*model);
+  models::Transformer model(args);
+  models::init_weights(*model);
   StateDict state;
   for (const auto& p : model->named_parameters()) state[p.key()] = p.value().detach().clone();
   // Norm weights init to ones; perturb them so a swapped norm would show.
@@ -46,7 +47,7 @@ StateDict random_state(const ModelArgs& args) {
 }
 
 void expect_same_shape(const ModelArgs& a, const ModelArgs& b) {
-  EXPECT_EQ(llama_parameter_shapes(a), llama_parameter_shapes(b));
+  EXPECT_EQ(models::parameter_shapes(a), models::parameter_shapes(b));
   EXPECT_EQ(a.n_heads, b.n_heads);
   EXPECT_EQ(a.kv_heads(), b.kv_heads());
   EXPECT_EQ(a.norm_eps, b.norm_eps);
@@ -193,9 +194,15 @@ TEST(HfExport, BadInputsAreOneLineErrors) {
 
   export_hf(state, args, {}, dir.path() / "hf2");
   auto config = nlohmann::json::parse(testing::read_file((dir.path() / "hf2" / "config.json").string()));
-  config["num_attention_heads"] = 8;  // wq still has 4 heads' rows: fine; but head_dim now disagrees
+  // 8 heads of the written head_dim need twice the query rows the tensors have.
+  config["num_attention_heads"] = 8;
   testing::write_file((dir.path() / "hf2" / "config.json").string(), config.dump());
-  EXPECT_NE(error_of([&] { import_hf(dir.path() / "hf2"); }).find("head_dim"), std::string::npos);
+  EXPECT_NE(error_of([&] { import_hf(dir.path() / "hf2"); }).find("'layers.0.attention.wo.weight' has shape [32, 32], the model needs [32, 64]"),
+            std::string::npos) << error_of([&] { import_hf(dir.path() / "hf2"); });
+  config["head_dim"] = 3;  // RoPE rotates pairs
+  testing::write_file((dir.path() / "hf2" / "config.json").string(), config.dump());
+  EXPECT_NE(error_of([&] { import_hf(dir.path() / "hf2"); }).find("head_dim 3 do not split into even heads"),
+            std::string::npos);
   config.erase("head_dim");
   config["num_attention_heads"] = 4;
   config["hidden_size"] = 48;
@@ -251,11 +258,14 @@ TEST(HfConfig, RefusesNonsenseValuesNamingTheKey) {
                 .find("rope_parameters: key 'rope_theta' must be a finite number > 0"), std::string::npos);
 }
 
-TEST(HfConfig, FfnSizeIsReproducedForAnyIntermediateSize) {
+TEST(HfConfig, IntermediateSizeIsTheFfnWidth) {
   ModelArgs args;
+  args.family = "llama3";
   args.dim = 4096;
   for (int64_t hidden : {1, 7, 1000, 10922, 11008, 14336, 28672}) {
-    EXPECT_EQ(with_ffn_hidden_dim(args, hidden).ffn_hidden_dim(), hidden);
+    args.ffn_dim = hidden;
+    auto config = hf_config_json(args, torch::kFloat, std::nullopt);
+    EXPECT_EQ(model_args_from_hf_config(config, "c").ffn_hidden_dim(), hidden);
   }
 }
 

@@ -5,7 +5,8 @@
 
 #include "ctitan/checkpoint/hf/hf_config.h"
 #include "ctitan/common/error.h"
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/parameter_shapes.h"
+#include "ctitan/models/common/transformer.h"
 
 namespace ctitan::checkpoint::hf {
 namespace {
@@ -24,9 +25,9 @@ TEST(HfNames, MapsTorchtitanNamesToLlamaForCausalLM) {
 }
 
 TEST(HfNames, EveryParameterNameRoundTrips) {
-  models::llama::ModelArgs args;
-  args.dim = 32; args.n_layers = 3; args.n_heads = 4; args.vocab_size = 10;
-  for (const auto& [fqn, _] : llama_parameter_shapes(args)) EXPECT_EQ(from_hf_name(to_hf_name(fqn), "f"), fqn);
+  models::ModelArgs args;
+  args.dim = 32; args.n_layers = 3; args.n_heads = 4; args.vocab_size = 10; args.qk_norm = true;
+  for (const auto& [fqn, _] : models::parameter_shapes(args)) EXPECT_EQ(from_hf_name(to_hf_name(fqn), "f"), fqn);
 }
 
 TEST(HfNames, UnknownNamesAreInputErrors) {
@@ -51,7 +52,7 @@ TEST(HfRope, PermutationIsExactlyInvertible) {
 
 // HF's LlamaRotaryEmbedding + apply_rotary_pos_emb: cos/sin repeated over both halves,
 // rotate_half(x) = cat(-x[D/2:], x[:D/2]). x: (B, T, H, D).
-torch::Tensor hf_rope(const torch::Tensor& x, const models::llama::RopeTables& rope) {
+torch::Tensor hf_rope(const torch::Tensor& x, const models::RopeTables& rope) {
   auto T = x.size(1), half = x.size(3) / 2;
   auto cos = torch::cat({rope.cos, rope.cos}, -1).slice(0, 0, T).view({1, T, 1, 2 * half});
   auto sin = torch::cat({rope.sin, rope.sin}, -1).slice(0, 0, T).view({1, T, 1, 2 * half});
@@ -63,15 +64,15 @@ torch::Tensor hf_rope(const torch::Tensor& x, const models::llama::RopeTables& r
 // ours on the original weights, for every head and position pair.
 TEST(HfRope, HfRotateHalfOnPermutedWeightsGivesOurScores) {
   torch::manual_seed(2);
-  models::llama::ModelArgs args;
+  models::ModelArgs args;
   args.dim = 64; args.n_heads = 4; args.n_kv_heads = 2; args.max_seq_len = 16; args.rope_theta = 10000;
   int64_t B = 2, T = 9, D = args.head_dim();
-  auto rope = models::llama::make_rope_tables(args, torch::kCPU);
+  auto rope = models::make_rope_tables(args, torch::kCPU);
   auto x = torch::randn({B, T, args.dim});
   auto wq = torch::randn({args.n_heads * D, args.dim}), wk = torch::randn({args.kv_heads() * D, args.dim});
 
-  auto q = models::llama::apply_rope(torch::matmul(x, wq.t()).view({B, T, args.n_heads, D}), rope);
-  auto k = models::llama::apply_rope(torch::matmul(x, wk.t()).view({B, T, args.kv_heads(), D}), rope);
+  auto q = models::apply_rope(torch::matmul(x, wq.t()).view({B, T, args.n_heads, D}), rope);
+  auto k = models::apply_rope(torch::matmul(x, wk.t()).view({B, T, args.kv_heads(), D}), rope);
   auto q_hf = hf_rope(torch::matmul(x, permute_rows_to_hf(wq, args.n_heads).t()).view({B, T, args.n_heads, D}), rope);
   auto k_hf = hf_rope(torch::matmul(x, permute_rows_to_hf(wk, args.kv_heads()).t()).view({B, T, args.kv_heads(), D}), rope);
 

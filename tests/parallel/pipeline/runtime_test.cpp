@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "ctitan/distributed/communicator.h"
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/transformer.h"
 #include "ctitan/parallel/pipeline/runtime.h"
 #include "ctitan/parallel/pipeline/stage_model.h"
 #include "ctitan/parallel/pipeline/stage_split.h"
@@ -14,8 +14,8 @@
 namespace ctitan::parallel::pipeline {
 namespace {
 
-using models::llama::ModelArgs;
-using models::llama::Transformer;
+using models::ModelArgs;
+using models::Transformer;
 
 ModelArgs pp_tiny_args() {
   ModelArgs args;
@@ -32,7 +32,7 @@ ModelArgs pp_tiny_args() {
 Transformer seeded_model(const ModelArgs& args) {
   torch::manual_seed(7);
   Transformer model(args);
-  models::llama::init_weights(*model);
+  models::init_weights(*model);
   return model;
 }
 

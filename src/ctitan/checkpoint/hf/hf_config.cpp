@@ -8,11 +8,13 @@
 
 #include "ctitan/common/dtype_names.h"
 #include "ctitan/common/error.h"
+#include "ctitan/models/common/parameter_shapes.h"
+#include "ctitan/models/model_spec.h"
 
 namespace ctitan::checkpoint::hf {
 namespace {
 
-using models::llama::ModelArgs;
+using models::ModelArgs;
 
 // nlohmann's get<> converts freely (true -> 1, 64.9 -> 64); a config that says either is wrong,
 // so the JSON type is checked first: integers for sizes, any number for eps and theta.
@@ -32,7 +34,7 @@ T require_field(const nlohmann::json& config, const std::string& key, const std:
   throw InputError(fmt::format("{}: key '{}' has the wrong type ({})", source, key, v.dump()));
 }
 
-// Sizes beyond this are no Llama and would overflow the shape arithmetic (vocab x dim, 4 x dim).
+// Sizes beyond this are no model ctitan builds and would overflow the shape arithmetic (vocab x dim, 4 x dim).
 constexpr int64_t kMaxSize = int64_t(1) << 31;
 
 // A size key: an integer in [1, kMaxSize].
@@ -55,13 +57,28 @@ double require_positive(const nlohmann::json& config, const std::string& key, co
   return v;
 }
 
-// A key that must hold `expected` when present: a feature ctitan's Llama does not have.
+// A key that must hold `expected` when present: a feature ctitan's models do not have.
 void require_absent_or(const nlohmann::json& config, const std::string& key, const nlohmann::json& expected,
                        const std::string& source) {
   if (config.contains(key) && !config[key].is_null() && config[key] != expected) {
-    throw InputError(fmt::format("{}: key '{}' is {}; ctitan's Llama supports only {}", source, key,
+    throw InputError(fmt::format("{}: key '{}' is {}; ctitan supports only {}", source, key,
                                  config[key].dump(), expected.dump()));
   }
+}
+
+// The registry entry of config.json's model_type (absent: the default family, as older ctitan
+// exports of Llama may lack it); any other architecture is refused, not loaded as if it were one.
+const models::ModelSpec& spec_of(const nlohmann::json& config, const std::string& source) {
+  if (!config.contains("model_type") || config["model_type"].is_null()) return models::model_spec("");
+  const auto& type = config["model_type"];
+  const auto* spec = type.is_string() ? models::model_spec_for_hf_type(type.get<std::string>()) : nullptr;
+  if (!spec) {
+    std::vector<std::string> known;
+    for (const auto& s : models::model_specs()) known.push_back(s.hf.model_type);
+    throw InputError(fmt::format("{}: model_type {} is not one ctitan builds (known: {})", source, type.dump(),
+                                 fmt::join(known, ", ")));
+  }
+  return *spec;
 }
 
 // transformers 4.x writes `rope_theta` (and `rope_scaling`) at the top level; 5.x writes
@@ -89,9 +106,10 @@ torch::ScalarType float_dtype_from_name(const std::string& name, const std::stri
 
 nlohmann::json hf_config_json(const ModelArgs& args, torch::ScalarType dtype,
                               const std::optional<SpecialTokens>& specials) {
+  const auto& spec = models::model_spec(args.family);
   nlohmann::json j = {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
+      {"architectures", {spec.hf.architecture}},
+      {"model_type", spec.hf.model_type},
       {"hidden_size", args.dim},
       {"intermediate_size", args.ffn_hidden_dim()},
       {"num_attention_heads", args.n_heads},
@@ -104,15 +122,14 @@ nlohmann::json hf_config_json(const ModelArgs& args, torch::ScalarType dtype,
       {"vocab_size", args.vocab_size},
       {"max_position_embeddings", args.max_seq_len},
       {"torch_dtype", *ctitan::dtype_name(dtype)},
-      {"tie_word_embeddings", false},
+      {"tie_word_embeddings", args.tie_word_embeddings},
       {"hidden_act", "silu"},
       {"attention_bias", false},
-      {"mlp_bias", false},
       {"attention_dropout", 0.0},
-      {"pretraining_tp", 1},
       {"initializer_range", 0.02},
       {"use_cache", true},
   };
+  j.update(spec.hf.config_extras);
   if (specials) {
     j["bos_token_id"] = specials->bos;
     j["eos_token_id"] = specials->eos;
@@ -126,7 +143,10 @@ ModelArgs model_args_from_hf_config(const nlohmann::json& config, const std::str
   require_absent_or(config, "attention_bias", false, source);
   require_absent_or(config, "mlp_bias", false, source);
   require_absent_or(config, "rope_scaling", nullptr, source);
-  ModelArgs args;
+  require_absent_or(config, "use_sliding_window", false, source);
+  const auto& spec = spec_of(config, source);
+  // The family's features (QK-norm, its default head_dim) that config.json leaves implicit.
+  ModelArgs args = spec.hf_base;
   args.dim = require_size(config, "hidden_size", source);
   args.n_layers = require_size(config, "num_hidden_layers", source);
   args.n_heads = require_size(config, "num_attention_heads", source);
@@ -137,13 +157,19 @@ ModelArgs model_args_from_hf_config(const nlohmann::json& config, const std::str
   args.norm_eps = require_positive(config, "rms_norm_eps", source);
   args.rope_theta = rope_theta_of(config, source);
   args.max_seq_len = require_size(config, "max_position_embeddings", source);
-  if (args.dim % args.n_heads != 0 || args.head_dim() % 2 != 0 || args.n_heads % args.n_kv_heads != 0) {
-    throw InputError(fmt::format("{}: hidden_size {} / num_attention_heads {} / num_key_value_heads {} do not split "
-                                 "into even heads", source, args.dim, args.n_heads, args.n_kv_heads));
+  if (config.contains("head_dim") && !config["head_dim"].is_null()) {
+    args.explicit_head_dim = require_size(config, "head_dim", source);
   }
-  if (config.contains("head_dim") && !config["head_dim"].is_null() &&
-      require_field<int64_t>(config, "head_dim", source) != args.head_dim()) {
-    throw InputError(fmt::format("{}: key 'head_dim' must be hidden_size / num_attention_heads = {}", source,
+  // A head_dim equal to hidden_size / num_attention_heads is the implicit one (Llama's exports
+  // write it): kept implicit, so the args equal a flavor's.
+  if (args.explicit_head_dim > 0 && args.dim % args.n_heads == 0 && args.explicit_head_dim == args.dim / args.n_heads &&
+      spec.hf_base.explicit_head_dim == 0) {
+    args.explicit_head_dim = 0;
+  }
+  if ((args.explicit_head_dim == 0 && args.dim % args.n_heads != 0) || args.head_dim() % 2 != 0 ||
+      args.n_heads % args.n_kv_heads != 0) {
+    throw InputError(fmt::format("{}: hidden_size {} / num_attention_heads {} / num_key_value_heads {} / head_dim {} "
+                                 "do not split into even heads", source, args.dim, args.n_heads, args.n_kv_heads,
                                  args.head_dim()));
   }
   // Read by import_hf; checked here so that a wrong type is named rather than thrown by nlohmann.
@@ -152,46 +178,13 @@ ModelArgs model_args_from_hf_config(const nlohmann::json& config, const std::str
     throw InputError(fmt::format("{}: key 'tie_word_embeddings' must be true or false (got {})", source,
                                  config["tie_word_embeddings"].dump()));
   }
-  auto hidden = require_size(config, "intermediate_size", source);
-  return with_ffn_hidden_dim(args, hidden);
-}
-
-ModelArgs with_ffn_hidden_dim(ModelArgs args, int64_t hidden) {
-  // ffn_hidden_dim() rounds up to a multiple of multiple_of: with multiple_of = hidden, any
-  // pre-rounding size in (0, hidden] lands exactly on hidden. A larger 8/3·dim is scaled down
-  // to hidden + 0.5, which truncates to hidden whatever the rounding of the product.
-  args.multiple_of = hidden;
-  args.ffn_dim_multiplier.reset();
-  int64_t base = 2 * (4 * args.dim) / 3;
-  if (base > hidden) args.ffn_dim_multiplier = (double(hidden) + 0.5) / double(base);
-  TORCH_CHECK(args.ffn_hidden_dim() == hidden, "FFN size ", hidden, " not reproduced (got ", args.ffn_hidden_dim(), ")");
+  args.ffn_dim = require_size(config, "intermediate_size", source);
+  args.tie_word_embeddings = false;  // import_hf unties
   return args;
 }
 
-std::map<std::string, std::vector<int64_t>> llama_parameter_shapes(const ModelArgs& args) {
-  int64_t d = args.dim, hd = args.head_dim(), ffn = args.ffn_hidden_dim();
-  std::map<std::string, std::vector<int64_t>> shapes{
-      {"tok_embeddings.weight", {args.vocab_size, d}},
-      {"norm.weight", {d}},
-      {"output.weight", {args.vocab_size, d}},
-  };
-  for (int64_t i = 0; i < args.n_layers; ++i) {
-    auto p = fmt::format("layers.{}.", i);
-    shapes[p + "attention.wq.weight"] = {args.n_heads * hd, d};
-    shapes[p + "attention.wk.weight"] = {args.kv_heads() * hd, d};
-    shapes[p + "attention.wv.weight"] = {args.kv_heads() * hd, d};
-    shapes[p + "attention.wo.weight"] = {d, args.n_heads * hd};
-    shapes[p + "feed_forward.w1.weight"] = {ffn, d};
-    shapes[p + "feed_forward.w2.weight"] = {d, ffn};
-    shapes[p + "feed_forward.w3.weight"] = {ffn, d};
-    shapes[p + "attention_norm.weight"] = {d};
-    shapes[p + "ffn_norm.weight"] = {d};
-  }
-  return shapes;
-}
-
-void check_llama_state(const StateDict& model, const ModelArgs& args, const std::string& source) {
-  auto shapes = llama_parameter_shapes(args);
+void check_model_state(const StateDict& model, const ModelArgs& args, const std::string& source) {
+  auto shapes = models::parameter_shapes(args);
   for (const auto& [name, shape] : shapes) {
     auto it = model.find(name);
     if (it == model.end()) throw InputError(fmt::format("{}: missing parameter '{}'", source, name));
@@ -214,12 +207,19 @@ ModelArgs infer_model_args(const StateDict& model, const ModelArgs& hyper) {
   args.dim = emb.size(1);
   args.n_layers = 0;
   while (model.count(fmt::format("layers.{}.attention.wq.weight", args.n_layers))) ++args.n_layers;
-  if (args.n_layers == 0 || args.dim % args.n_heads != 0) {
-    throw InputError(fmt::format("{}: no layers, or dim {} not divisible by n_heads {}", source, args.dim, args.n_heads));
+  if (args.n_layers == 0 || args.n_heads <= 0 ||
+      require_state(model, "layers.0.attention.wq.weight").size(0) % args.n_heads != 0) {
+    throw InputError(fmt::format("{}: no layers, or the query width not divisible by n_heads {}", source, args.n_heads));
   }
+  const int64_t head_dim = require_state(model, "layers.0.attention.wq.weight").size(0) / args.n_heads;
+  args.explicit_head_dim = args.dim % args.n_heads == 0 && head_dim == args.dim / args.n_heads ? 0 : head_dim;
   args.n_kv_heads = require_state(model, "layers.0.attention.wk.weight").size(0) / args.head_dim();
-  args = with_ffn_hidden_dim(args, require_state(model, "layers.0.feed_forward.w1.weight").size(0));
-  check_llama_state(model, args, source);
+  args.qk_norm = model.count("layers.0.attention.q_norm.weight") > 0;
+  args.tie_word_embeddings = model.count("output.weight") == 0;
+  // The FFN rule of hyper when it gives the stored width (args equal to the flavor's), else explicit.
+  const int64_t ffn = require_state(model, "layers.0.feed_forward.w1.weight").size(0);
+  if (args.ffn_hidden_dim() != ffn) args.ffn_dim = ffn;
+  check_model_state(model, args, source);
   return args;
 }
 

@@ -1,5 +1,6 @@
 #pragma once
-// Model shape <-> HF `config.json` (LlamaForCausalLM), and the shape of every Llama parameter.
+// Model shape <-> HF `config.json`, for every family of the registry (models/model_spec.h:
+// LlamaForCausalLM, Qwen3ForCausalLM), and checks of a state dict against a shape.
 #include <torch/torch.h>
 
 #include <map>
@@ -9,7 +10,7 @@
 #include <vector>
 
 #include "ctitan/common/state_dict.h"
-#include "ctitan/models/llama/args.h"
+#include "ctitan/models/common/model_args.h"
 
 namespace ctitan::checkpoint::hf {
 
@@ -18,33 +19,28 @@ struct SpecialTokens {
   int64_t bos = 0, eos = 0;
 };
 
-// config.json for a LlamaForCausalLM with `args`, tensors stored as `dtype`.
-nlohmann::json hf_config_json(const models::llama::ModelArgs& args, torch::ScalarType dtype,
+// config.json for args.family's HF architecture with `args`, tensors stored as `dtype`.
+nlohmann::json hf_config_json(const models::ModelArgs& args, torch::ScalarType dtype,
                               const std::optional<SpecialTokens>& specials);
 
-// Reads the fields hf_config_json writes (the ones a Llama forward needs). A missing or wrong
-// field, or a feature ctitan's Llama lacks (biases, rope_scaling, another hidden_act), is an
-// InputError naming `source` and the key.
-models::llama::ModelArgs model_args_from_hf_config(const nlohmann::json& config, const std::string& source);
+// Reads the fields hf_config_json writes (the ones the forward needs), for the family whose HF
+// model_type the config names. A missing or wrong field, another model_type, or a feature ctitan
+// lacks (biases, rope_scaling, another hidden_act, sliding windows) is an InputError naming
+// `source` and the key. The result is untied (import_hf copies a tied embedding into the head).
+models::ModelArgs model_args_from_hf_config(const nlohmann::json& config, const std::string& source);
 
 // "float32" | "bfloat16" | "float16" as config.json's torch_dtype and --dtype spell them; anything
 // else is an InputError naming `source`.
 torch::ScalarType float_dtype_from_name(const std::string& name, const std::string& source);
 
-// `args` with multiple_of / ffn_dim_multiplier chosen so that ffn_hidden_dim() == hidden: HF
-// configs give the FFN size directly, ModelArgs derives it.
-models::llama::ModelArgs with_ffn_hidden_dim(models::llama::ModelArgs args, int64_t hidden);
-
-// Every parameter of a Llama with `args`, by torchtitan FQN, with its shape.
-std::map<std::string, std::vector<int64_t>> llama_parameter_shapes(const models::llama::ModelArgs& args);
-
-// Model args whose shapes are read off `model`'s tensors (dim, vocab, layers, kv heads, FFN
-// size); what tensors cannot tell (n_heads, norm_eps, rope_theta, max_seq_len) comes from
-// `hyper`. Every tensor is then checked against llama_parameter_shapes; InputError on mismatch.
-models::llama::ModelArgs infer_model_args(const StateDict& model, const models::llama::ModelArgs& hyper);
+// Model args whose shapes are read off `model`'s tensors (dim, vocab, layers, head and kv head
+// widths, FFN size, QK-norm, tied head); what tensors cannot tell (family, n_heads, norm_eps,
+// rope_theta, max_seq_len) comes from `hyper`. Every tensor is then checked against
+// models::parameter_shapes; InputError on mismatch.
+models::ModelArgs infer_model_args(const StateDict& model, const models::ModelArgs& hyper);
 
 // Throws InputError naming `source` unless `model` has exactly the parameters of `args`, each
 // with its shape.
-void check_llama_state(const StateDict& model, const models::llama::ModelArgs& args, const std::string& source);
+void check_model_state(const StateDict& model, const models::ModelArgs& args, const std::string& source);
 
 }  // namespace ctitan::checkpoint::hf

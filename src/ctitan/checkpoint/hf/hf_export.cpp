@@ -25,7 +25,7 @@ namespace ctitan::checkpoint::hf {
 namespace {
 
 namespace fs = std::filesystem;
-using models::llama::ModelArgs;
+using models::ModelArgs;
 
 // The model's tensors under HF names, in HF order (embeddings, layer 0..n-1, norm, head) so
 // that shards cut the model at layer boundaries where they can.
@@ -34,19 +34,20 @@ std::vector<std::pair<std::string, torch::Tensor>> hf_tensors(const StateDict& m
   std::vector<std::string> order{"tok_embeddings.weight"};
   for (int64_t i = 0; i < args.n_layers; ++i) {
     for (const char* suffix : {"attention.wq.weight", "attention.wk.weight", "attention.wv.weight",
-                               "attention.wo.weight", "feed_forward.w1.weight", "feed_forward.w3.weight",
+                               "attention.wo.weight", "attention.q_norm.weight", "attention.k_norm.weight",
+                               "feed_forward.w1.weight", "feed_forward.w3.weight",
                                "feed_forward.w2.weight", "attention_norm.weight", "ffn_norm.weight"}) {
-      order.push_back(fmt::format("layers.{}.{}", i, suffix));
+      auto fqn = fmt::format("layers.{}.{}", i, suffix);
+      if (model.count(fqn)) order.push_back(fqn);  // the QK-norms only where the family has them
     }
   }
-  order.insert(order.end(), {"norm.weight", "output.weight"});
+  order.push_back("norm.weight");
+  if (!args.tie_word_embeddings) order.push_back("output.weight");
 
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto& fqn : order) {
-    auto t = model.at(fqn).detach().to(torch::kCPU);
-    // Permute in the source dtype, then cast: a pure row reordering, so exact either way.
-    if (fqn.find("attention.wq.") != std::string::npos) t = permute_rows_to_hf(t, args.n_heads);
-    if (fqn.find("attention.wk.") != std::string::npos) t = permute_rows_to_hf(t, args.kv_heads());
+    // Permute in the source dtype, then cast: a pure reordering, so exact either way.
+    auto t = to_hf_layout(fqn, model.at(fqn).detach().to(torch::kCPU), args);
     out.emplace_back(to_hf_name(fqn), t.to(dtype).contiguous());
   }
   return out;
@@ -55,7 +56,7 @@ std::vector<std::pair<std::string, torch::Tensor>> hf_tensors(const StateDict& m
 }  // namespace
 
 int export_hf(const StateDict& model, const ModelArgs& args, const HfExportOptions& options, const fs::path& out_dir) {
-  check_llama_state(model, args, "HF export");
+  check_model_state(model, args, "HF export");
   check_output_dir(out_dir, options.overwrite, "HF export: output");
   if (options.max_shard_bytes <= 0) throw InputError("HF export: max shard size must be positive");
 

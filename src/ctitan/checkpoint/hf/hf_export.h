@@ -1,5 +1,5 @@
 #pragma once
-// Writes a model as a Hugging Face LlamaForCausalLM directory: config.json, model.safetensors
+// Writes a model as a Hugging Face directory of its family (LlamaForCausalLM, Qwen3ForCausalLM): config.json, model.safetensors
 // (or numbered shards plus model.safetensors.index.json), and tokenizer.model when known.
 // See docs/HF_EXPORT.md for the format and the name mapping.
 #include <torch/torch.h>
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "ctitan/common/state_dict.h"
-#include "ctitan/models/llama/args.h"
+#include "ctitan/models/common/model_args.h"
 
 namespace ctitan::checkpoint::hf {
 
@@ -23,7 +23,7 @@ struct HfExportOptions {
 // `model`: full tensors by torchtitan FQN, exactly the parameters of `args` (checked). The
 // directory appears whole or not at all (written beside it, then renamed); `out_dir` must not
 // exist or be empty, unless options.overwrite. Returns the number of safetensors files written.
-int export_hf(const StateDict& model, const models::llama::ModelArgs& args, const HfExportOptions& options,
+int export_hf(const StateDict& model, const models::ModelArgs& args, const HfExportOptions& options,
               const std::filesystem::path& out_dir);
 
 // The rule for every directory ctitan writes on request (`checkpoint export|import --output`):

@@ -92,14 +92,9 @@ HfModel import_hf(const fs::path& dir) {
       result.model.count("tok_embeddings.weight")) {
     result.model["output.weight"] = result.model["tok_embeddings.weight"].clone();
   }
-  check_llama_state(result.model, result.args, fmt::format("HF import {}", dir.string()));
+  check_model_state(result.model, result.args, fmt::format("HF import {}", dir.string()));
   // Shapes are checked, so every q/k splits into its heads.
-  for (int64_t i = 0; i < result.args.n_layers; ++i) {
-    auto& wq = result.model.at(fmt::format("layers.{}.attention.wq.weight", i));
-    auto& wk = result.model.at(fmt::format("layers.{}.attention.wk.weight", i));
-    wq = permute_rows_from_hf(wq, result.args.n_heads);
-    wk = permute_rows_from_hf(wk, result.args.kv_heads());
-  }
+  for (auto& [fqn, t] : result.model) t = from_hf_layout(fqn, t, result.args);
   // ctitan's own exports carry both files, which encode alike; Hub models often only tokenizer.json.
   if (fs::exists(dir / "tokenizer.model")) {
     result.tokenizer_path = dir / "tokenizer.model";

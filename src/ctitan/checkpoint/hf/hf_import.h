@@ -1,18 +1,18 @@
 #pragma once
-// Reads a Hugging Face LlamaForCausalLM directory (as export_hf writes it, or any Llama
+// Reads a Hugging Face LlamaForCausalLM or Qwen3ForCausalLM directory (as export_hf writes it, or any
 // checkpoint with the same names and no features ctitan lacks) back into torchtitan FQNs.
 #include <torch/torch.h>
 
 #include <filesystem>
 
 #include "ctitan/common/state_dict.h"
-#include "ctitan/models/llama/args.h"
+#include "ctitan/models/common/model_args.h"
 
 namespace ctitan::checkpoint::hf {
 
 struct HfModel {
   StateDict model;                         // full tensors by torchtitan FQN, in the stored dtype
-  models::llama::ModelArgs args;           // from config.json
+  models::ModelArgs args;           // from config.json
   torch::ScalarType dtype = torch::kFloat;  // config.json's torch_dtype
   std::filesystem::path tokenizer_path;     // dir/tokenizer.model, else dir/tokenizer.json, else empty
 };

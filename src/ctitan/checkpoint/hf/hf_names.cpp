@@ -13,11 +13,13 @@ namespace ctitan::checkpoint::hf {
 namespace {
 
 // Per-layer parameter suffixes: torchtitan's, then HF's (w1 = gate, w3 = up, w2 = down).
-constexpr std::array<std::pair<const char*, const char*>, 9> kLayerNames{{
+constexpr std::array<std::pair<const char*, const char*>, 11> kLayerNames{{
     {"attention.wq.weight", "self_attn.q_proj.weight"},
     {"attention.wk.weight", "self_attn.k_proj.weight"},
     {"attention.wv.weight", "self_attn.v_proj.weight"},
     {"attention.wo.weight", "self_attn.o_proj.weight"},
+    {"attention.q_norm.weight", "self_attn.q_norm.weight"},  // Qwen3's QK-norm
+    {"attention.k_norm.weight", "self_attn.k_norm.weight"},
     {"feed_forward.w1.weight", "mlp.gate_proj.weight"},
     {"feed_forward.w3.weight", "mlp.up_proj.weight"},
     {"feed_forward.w2.weight", "mlp.down_proj.weight"},
@@ -59,13 +61,13 @@ torch::Tensor swap_row_blocks(const torch::Tensor& w, int64_t n_heads, int64_t a
 
 std::string to_hf_name(const std::string& fqn) {
   auto name = translate(fqn, /*to_hf=*/true);
-  if (name.empty()) throw InputError(fmt::format("HF export: '{}' is not a Llama parameter name", fqn));
+  if (name.empty()) throw InputError(fmt::format("HF export: '{}' is not a decoder parameter name", fqn));
   return name;
 }
 
 std::string from_hf_name(const std::string& hf_name, const std::string& source) {
   auto name = translate(hf_name, /*to_hf=*/false);
-  if (name.empty()) throw InputError(fmt::format("{}: tensor '{}' is not a LlamaForCausalLM parameter", source, hf_name));
+  if (name.empty()) throw InputError(fmt::format("{}: tensor '{}' is not a parameter of the model ctitan builds", source, hf_name));
   return name;
 }
 
@@ -78,6 +80,32 @@ torch::Tensor permute_rows_to_hf(const torch::Tensor& w, int64_t n_heads) {
 torch::Tensor permute_rows_from_hf(const torch::Tensor& w, int64_t n_heads) {
   int64_t half = w.size(0) / n_heads / 2;
   return swap_row_blocks(w, n_heads, 2, half);
+}
+
+torch::Tensor permute_head_norm_to_hf(const torch::Tensor& w) {
+  return permute_rows_to_hf(w.unsqueeze(1), 1).squeeze(1);
+}
+
+torch::Tensor permute_head_norm_from_hf(const torch::Tensor& w) {
+  return permute_rows_from_hf(w.unsqueeze(1), 1).squeeze(1);
+}
+
+torch::Tensor to_hf_layout(const std::string& fqn, const torch::Tensor& t, const models::ModelArgs& args) {
+  if (fqn.find("attention.wq.") != std::string::npos) return permute_rows_to_hf(t, args.n_heads);
+  if (fqn.find("attention.wk.") != std::string::npos) return permute_rows_to_hf(t, args.kv_heads());
+  if (fqn.find("attention.q_norm.") != std::string::npos || fqn.find("attention.k_norm.") != std::string::npos) {
+    return permute_head_norm_to_hf(t);
+  }
+  return t;
+}
+
+torch::Tensor from_hf_layout(const std::string& fqn, const torch::Tensor& t, const models::ModelArgs& args) {
+  if (fqn.find("attention.wq.") != std::string::npos) return permute_rows_from_hf(t, args.n_heads);
+  if (fqn.find("attention.wk.") != std::string::npos) return permute_rows_from_hf(t, args.kv_heads());
+  if (fqn.find("attention.q_norm.") != std::string::npos || fqn.find("attention.k_norm.") != std::string::npos) {
+    return permute_head_norm_from_hf(t);
+  }
+  return t;
 }
 
 }  // namespace ctitan::checkpoint::hf

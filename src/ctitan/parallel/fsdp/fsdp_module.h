@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "ctitan/common/state_dict.h"
-#include "ctitan/models/module_hooks.h"
+#include "ctitan/models/common/module_hooks.h"
 #include "ctitan/parallel/data_parallel.h"
 #include "ctitan/parallel/fsdp/fsdp_options.h"
 #include "ctitan/parallel/fsdp/fsdp_param_group.h"

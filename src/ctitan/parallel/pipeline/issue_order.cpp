@@ -9,7 +9,7 @@
 namespace ctitan::parallel::pipeline {
 namespace {
 
-constexpr double kUnset = -1;  // virtual times are >= 0
+constexpr double kNotDone = -1;  // virtual times are >= 0
 
 bool is_transfer(Op op) { return op == Op::SendF || op == Op::RecvF || op == Op::SendB || op == Op::RecvB; }
 bool is_send(Op op) { return op == Op::SendF || op == Op::SendB; }
@@ -100,7 +100,7 @@ SimResult simulate_in_issue_order(const std::vector<std::vector<Action>>& lowere
   const size_t ranks = lowered.size();
   const size_t cells = size_t(shape.stages()) * size_t(shape.microbatches);
   auto cell = [&](int stage, int mb) { return size_t(stage) * size_t(shape.microbatches) + size_t(mb); };
-  std::vector<double> f_done(cells, kUnset), b_done(cells, kUnset), transfer(2 * cells, kUnset);
+  std::vector<double> f_done(cells, kNotDone), b_done(cells, kNotDone), transfer(2 * cells, kNotDone);
   struct Issued {
     Action action;
     double gate;  // when the compute issued before it has finished
@@ -139,11 +139,11 @@ SimResult simulate_in_issue_order(const std::vector<std::vector<Action>>& lowere
       return transfer[size_t(tag_of(Action{Op::RecvF, a.stage, a.microbatch}, shape))];
     }
     const double own_f = f_done[cell(a.stage, a.microbatch)];
-    if (own_f == kUnset || a.stage == shape.stages() - 1) return own_f;
+    if (own_f == kNotDone || a.stage == shape.stages() - 1) return own_f;
     const double grad = shape.rank_of(a.stage + 1) == shape.rank_of(a.stage)
                             ? b_done[cell(a.stage + 1, a.microbatch)]
                             : transfer[size_t(tag_of(Action{Op::RecvB, a.stage, a.microbatch}, shape))];
-    return grad == kUnset ? kUnset : std::max(own_f, grad);
+    return grad == kNotDone ? kNotDone : std::max(own_f, grad);
   };
 
   for (bool moved = true; moved && mismatch.empty();) {
@@ -157,11 +157,11 @@ SimResult simulate_in_issue_order(const std::vector<std::vector<Action>>& lowere
           match(r, peer);
         } else if (a.op == Op::WaitF || a.op == Op::WaitB) {
           const double done = transfer[size_t(tag_of(a, shape))];
-          if (done == kUnset) break;
+          if (done == kNotDone) break;
           clock[r] = std::max(clock[r], done);
         } else {
           const double ready = input_ready(a);
-          if (ready == kUnset) break;
+          if (ready == kNotDone) break;
           const double cost = a.op == Op::F ? t_f : t_b;
           clock[r] = std::max(clock[r], ready) + cost;
           busy[r] += cost;

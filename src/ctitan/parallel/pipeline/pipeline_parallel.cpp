@@ -32,7 +32,7 @@ std::string PipelineStages::describe() const {
                      fmt::join(parts, "; "));
 }
 
-PipelineStages split_into_stages(models::llama::TransformerImpl& model, const config::JobConfig& config, int pp_rank) {
+PipelineStages split_into_stages(models::TransformerImpl& model, const config::JobConfig& config, int pp_rank) {
   PipelineStages out;
   out.plan = plan_pipeline(plan_input(config, model.args().n_layers));
   out.pp_rank = pp_rank;

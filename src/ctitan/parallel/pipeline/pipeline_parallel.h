@@ -6,7 +6,7 @@
 #include <string>
 
 #include "ctitan/config/job_config.h"
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/transformer.h"
 #include "ctitan/parallel/pipeline/runtime.h"
 #include "ctitan/parallel/pipeline/stage_split.h"
 
@@ -21,13 +21,13 @@ struct PipelineStages {
   std::vector<int> stages;  // this rank's, loop style: pp_rank, pp_rank + pp, ...
   int64_t microbatch_size = 1;
   // The models of stages[1..] (Interleaved1F1B); stages[0] is the model passed in, pruned.
-  std::vector<models::llama::Transformer> more_models;
+  std::vector<models::Transformer> more_models;
   // "pipeline: pp 2, 1F1B, 4 microbatches of 1 rows, rank 0's stages 0 of 2: tok_embeddings, layers.0"
   std::string describe() const;
 };
 
 // Plans (ConfigError for a plan that cannot run) and turns `model` into the first stage of `pp_rank`
 // (copies of it into the others first).
-PipelineStages split_into_stages(models::llama::TransformerImpl& model, const config::JobConfig& config, int pp_rank);
+PipelineStages split_into_stages(models::TransformerImpl& model, const config::JobConfig& config, int pp_rank);
 
 }  // namespace ctitan::parallel::pipeline

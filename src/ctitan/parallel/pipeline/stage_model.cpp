@@ -7,7 +7,7 @@
 
 namespace ctitan::parallel::pipeline {
 
-void keep_stage_modules(models::llama::TransformerImpl& model, const std::vector<std::string>& fqns) {
+void keep_stage_modules(models::TransformerImpl& model, const std::vector<std::string>& fqns) {
   std::set<std::string> present;
   if (model.tok_embeddings) present.insert("tok_embeddings");
   for (const auto& item : *model.layers) present.insert("layers." + item.key());
@@ -39,10 +39,10 @@ void keep_stage_modules(models::llama::TransformerImpl& model, const std::vector
   }
 }
 
-models::llama::Transformer copy_model(const models::llama::TransformerImpl& model) {
+models::Transformer copy_model(const models::TransformerImpl& model) {
   auto generator = at::detail::getDefaultCPUGenerator();
   const auto rng = generator.get_state();  // the constructor's default init draws from it
-  models::llama::Transformer copy(model.args());
+  models::Transformer copy(model.args());
   generator.set_state(rng);
   torch::NoGradGuard no_grad;
   auto source = model.named_parameters();

@@ -18,7 +18,7 @@ ShardRange shard_range(int64_t n, int64_t parts, int64_t index) {
   return {std::min(index * chunk, n), std::clamp<int64_t>(n - index * chunk, 0, chunk)};
 }
 
-void validate_tensor_parallel(const models::llama::ModelArgs& args, int64_t seq_len, int64_t tp) {
+void validate_tensor_parallel(const models::ModelArgs& args, int64_t seq_len, int64_t tp) {
   if (tp <= 1) return;
   auto require_divisible = [tp](int64_t value, const std::string& what) {
     if (value % tp != 0) {
@@ -28,7 +28,7 @@ void validate_tensor_parallel(const models::llama::ModelArgs& args, int64_t seq_
   require_divisible(args.n_heads, "model.n_heads");
   require_divisible(args.kv_heads(), "model.n_kv_heads");
   require_divisible(args.dim, "model.dim");
-  require_divisible(args.ffn_hidden_dim(), "the feed-forward width (from model.dim and the flavor's multiple_of)");
+  require_divisible(args.ffn_hidden_dim(), "the feed-forward width (model.hidden_dim, or the flavor's rule from model.dim)");
   require_divisible(seq_len, "training.seq_len (sequence parallel splits it)");
   const int64_t chunk = (args.vocab_size + tp - 1) / tp;
   if ((tp - 1) * chunk >= args.vocab_size) {
@@ -37,11 +37,11 @@ void validate_tensor_parallel(const models::llama::ModelArgs& args, int64_t seq_
   }
 }
 
-TensorParallel::TensorParallel(models::llama::TransformerImpl& model, std::shared_ptr<distributed::Communicator> group,
+TensorParallel::TensorParallel(models::TransformerImpl& model, std::shared_ptr<distributed::Communicator> group,
                                bool loss_parallel, bool async)
-    : TensorParallel(std::vector<models::llama::TransformerImpl*>{&model}, std::move(group), loss_parallel, async) {}
+    : TensorParallel(std::vector<models::TransformerImpl*>{&model}, std::move(group), loss_parallel, async) {}
 
-TensorParallel::TensorParallel(const std::vector<models::llama::TransformerImpl*>& parts,
+TensorParallel::TensorParallel(const std::vector<models::TransformerImpl*>& parts,
                                std::shared_ptr<distributed::Communicator> group, bool loss_parallel, bool async)
     : group_(std::move(group)), loss_parallel_(loss_parallel), async_(async) {
   if (parts.empty()) throw std::logic_error("TensorParallel: no model parts");
@@ -49,7 +49,7 @@ TensorParallel::TensorParallel(const std::vector<models::llama::TransformerImpl*
   for (auto* part : parts) apply_plan(*part);
 }
 
-void TensorParallel::apply_plan(models::llama::TransformerImpl& model) {
+void TensorParallel::apply_plan(models::TransformerImpl& model) {
   const int64_t tp = group_->size(), rank = group_->rank();
   const auto& args = model.args();
   auto column_wise = [&](const std::string& fqn, torch::nn::Linear& linear) {  // weight (out, in): slice out
@@ -88,6 +88,12 @@ void TensorParallel::apply_plan(models::llama::TransformerImpl& model) {
     row_wise(prefix + "feed_forward.w2.weight", feed_forward.w2);
     replicated_.insert(prefix + "attention_norm.weight");
     replicated_.insert(prefix + "ffn_norm.weight");
+    if (attention.q_norm) {
+      // QK-norms act on whole heads and each rank holds whole heads: the weights stay whole, and
+      // each rank's gradient covers its own heads, so the sum over the group is the full one.
+      replicated_.insert(prefix + "attention.q_norm.weight");
+      replicated_.insert(prefix + "attention.k_norm.weight");
+    }
     hook_sublayer(hooks, attention, {attention.wq, attention.wk, attention.wv}, attention.wo);
     hook_sublayer(hooks, feed_forward, {feed_forward.w1, feed_forward.w3}, feed_forward.w2);
   }

@@ -1,5 +1,5 @@
 #pragma once
-// Tensor parallelism for Llama 3 with sequence parallel, applied from outside as torchtitan's
+// Tensor parallelism for the decoder (every dense family) with sequence parallel, applied from outside as torchtitan's
 // parallelize_llama (its TP plan, in Megatron's layout), on the mesh's `tp` group:
 //
 //   tok_embeddings  vocab-sharded rows; each rank looks up the ids it owns, the partial
@@ -8,7 +8,8 @@
 //                   run on the local sequence shard (B, T/tp, dim); their weights are whole on
 //                   every tp rank and their gradients are summed over the group
 //   attention       input all-gathered on the sequence; wq, wk, wv column-wise (each rank has
-//                   n_heads/tp query and n_kv_heads/tp kv heads, RoPE on full positions); wo
+//                   n_heads/tp query and n_kv_heads/tp kv heads, RoPE on full positions; QK-norm
+//                   weights whole, their gradients summed over the group); wo
 //                   row-wise, its partial output reduce-scattered onto the sequence shard
 //   feed_forward    the same: w1, w3 column-wise, w2 row-wise
 //   output          input all-gathered on the sequence; column-wise on the vocabulary; the
@@ -32,7 +33,7 @@
 
 #include "ctitan/common/state_dict.h"
 #include "ctitan/distributed/communicator.h"
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/transformer.h"
 
 namespace ctitan::parallel::tp {
 
@@ -47,17 +48,17 @@ ShardRange shard_range(int64_t n, int64_t parts, int64_t index);
 // A ConfigError naming the numbers and the key when `tp` does not divide what it must:
 // n_heads, n_kv_heads, dim, the feed-forward width and seq_len; a vocabulary that leaves a rank
 // no rows is refused too (an uneven last shard is fine).
-void validate_tensor_parallel(const models::llama::ModelArgs& args, int64_t seq_len, int64_t tp);
+void validate_tensor_parallel(const models::ModelArgs& args, int64_t seq_len, int64_t tp);
 
 class TensorParallel {
  public:
   // Slices `model`'s parameters to this rank's part and registers the plan's hooks on
   // model.hooks. `group` must outlive the model's forwards and backwards.
-  TensorParallel(models::llama::TransformerImpl& model, std::shared_ptr<distributed::Communicator> group,
+  TensorParallel(models::TransformerImpl& model, std::shared_ptr<distributed::Communicator> group,
                  bool loss_parallel, bool async = false);
   // The same plan over several model parts of one rank (an interleaved pipeline's stages): each
   // part's parameters are sliced and hooked; the parts' FQNs are disjoint.
-  TensorParallel(const std::vector<models::llama::TransformerImpl*>& parts,
+  TensorParallel(const std::vector<models::TransformerImpl*>& parts,
                  std::shared_ptr<distributed::Communicator> group, bool loss_parallel, bool async = false);
 
   distributed::Communicator& group() const { return *group_; }
@@ -86,7 +87,7 @@ class TensorParallel {
 
  private:
   // Slices and hooks one model part (what is present of it: a pipeline stage holds only some).
-  void apply_plan(models::llama::TransformerImpl& model);
+  void apply_plan(models::TransformerImpl& model);
   // Replaces `param` by its slice along `dim` and records the slice's layout under `fqn`.
   void slice(const std::string& fqn, torch::Tensor param, int64_t dim, ShardRange range);
   // The hooks of one attention or feed-forward module: its input gathered and its output

@@ -7,9 +7,9 @@
 
 #include <vector>
 
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/transformer.h"
 
-namespace ctitan::models::llama {
+namespace ctitan::models {
 
 class CachedDecoder {
  public:
@@ -30,4 +30,4 @@ class CachedDecoder {
   std::vector<KVCacheSlot> slots_;  // one per layer; positions [0, pos_) are filled
 };
 
-}  // namespace ctitan::models::llama
+}  // namespace ctitan::models

@@ -1,8 +1,8 @@
-#include "ctitan/parallel/parallelize_llama.h"
+#include "ctitan/parallel/fsdp_plan.h"
 
 namespace ctitan::parallel {
 
-std::unique_ptr<fsdp::FSDPModule> apply_fsdp(models::llama::TransformerImpl& model, fsdp::MeshGroups groups,
+std::unique_ptr<fsdp::FSDPModule> apply_fsdp(models::TransformerImpl& model, fsdp::MeshGroups groups,
                                              fsdp::MixedPrecisionPolicy mp, config::ReshardAfterForward reshard_after_forward,
                                              bool pipeline) {
   // "default" is torchtitan's `not pp_enabled`.

@@ -1,9 +1,9 @@
-// torchtitan's Llama 3 initialisation (see shared REFERENCE.md, "Model init").
+// torchtitan's initialisation of its dense decoders (Llama 3, Qwen3) (see shared REFERENCE.md, "Model init").
 #include <cmath>
 
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/transformer.h"
 
-namespace ctitan::models::llama {
+namespace ctitan::models {
 namespace {
 
 // Normal(0, std) truncated to the absolute interval [lo, hi], by inverse-CDF sampling as
@@ -31,12 +31,18 @@ void init_weights(TransformerImpl& model) {
     trunc_normal_(block.feed_forward->w1->weight, 0.02);
     trunc_normal_(block.feed_forward->w2->weight, depth_std);
     trunc_normal_(block.feed_forward->w3->weight, depth_std);
+    if (block.attention->q_norm) {
+      block.attention->q_norm->reset_parameters();
+      block.attention->k_norm->reset_parameters();
+    }
     block.attention_norm->reset_parameters();
     block.ffn_norm->reset_parameters();
   }
   model.norm->reset_parameters();
-  double out_std = 1.0 / std::sqrt(double(args.dim));
-  trunc_normal_(model.output->weight, out_std, -3 * out_std, 3 * out_std);
+  if (model.output) {  // tied: the embedding's normal(0, 1) serves both
+    double out_std = 1.0 / std::sqrt(double(args.dim));
+    trunc_normal_(model.output->weight, out_std, -3 * out_std, 3 * out_std);
+  }
 }
 
-}  // namespace ctitan::models::llama
+}  // namespace ctitan::models

@@ -1,11 +1,11 @@
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/transformer.h"
 
 #include "ctitan/ops/attention.h"
 #include "ctitan/ops/rms_norm.h"
 #include "ctitan/ops/rope.h"
 #include "ctitan/ops/swiglu.h"
 
-namespace ctitan::models::llama {
+namespace ctitan::models {
 namespace {
 
 torch::nn::Linear linear(int64_t in, int64_t out) {
@@ -60,6 +60,10 @@ AttentionImpl::AttentionImpl(const ModelArgs& args)
   wk = register_module("wk", linear(args.dim, n_kv_heads_ * head_dim_));
   wv = register_module("wv", linear(args.dim, n_kv_heads_ * head_dim_));
   wo = register_module("wo", linear(n_heads_ * head_dim_, args.dim));
+  if (args.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, args.norm_eps));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, args.norm_eps));
+  }
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope, KVCacheSlot* cache) {
@@ -67,8 +71,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
   // (B, T, H, D) per projection; kv have n_kv_heads heads.
   // Head counts come from the projections' widths (-1), not from args: tensor parallelism gives
   // each rank a slice of the heads by slicing wq/wk/wv, and this code stays the same.
-  auto q = apply_rope(project(hooks, wq, x).view({B, T, -1, head_dim_}), rope);
-  auto k = apply_rope(project(hooks, wk, x).view({B, T, -1, head_dim_}), rope);
+  auto q = project(hooks, wq, x).view({B, T, -1, head_dim_});
+  auto k = project(hooks, wk, x).view({B, T, -1, head_dim_});
+  if (q_norm) {
+    q = q_norm(q);  // over head_dim, each head alike, before RoPE as Qwen3 does
+    k = k_norm(k);
+  }
+  q = apply_rope(q, rope);
+  k = apply_rope(k, rope);
   auto v = project(hooks, wv, x).view({B, T, -1, head_dim_});
   int64_t q_start = 0;
   if (cache) {
@@ -125,7 +135,15 @@ TransformerImpl::TransformerImpl(const ModelArgs& args) : args_(args) {
     block->feed_forward->hooks = &hooks;
   }
   norm = register_module("norm", RMSNorm(args.dim, args.norm_eps));
-  output = register_module("output", linear(args.dim, args.vocab_size));
+  if (!args.tie_word_embeddings) output = register_module("output", linear(args.dim, args.vocab_size));
+}
+
+torch::Tensor TransformerImpl::logits(const torch::Tensor& h) {
+  if (output) return hooks.call(*output, h, [&](const torch::Tensor& x) { return output(x); });
+  // Tied: no hook point of its own. parallel/ refuses layouts that would need one (a sharded or
+  // split embedding), so the embedding's whole weight is here.
+  TORCH_CHECK(args_.tie_word_embeddings && tok_embeddings, "a model part without an output layer has no logits");
+  return torch::nn::functional::linear(h, tok_embeddings->weight);
 }
 
 const RopeTables& TransformerImpl::rope_for(torch::Device device) {
@@ -154,9 +172,9 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
       h = hooks.call(*block, h, [block, rope](const torch::Tensor& x) { return block->forward(x, rope); });
     }
     if (norm) h = hooks.call(*norm, h, [&](const torch::Tensor& x) { return norm(x); });
-    if (output) h = hooks.call(*output, h, [&](const torch::Tensor& x) { return output(x); });  // (B, T, vocab_size)
+    if (output || (norm && args_.tie_word_embeddings)) h = logits(h);  // (B, T, vocab_size)
     return h;
   });
 }
 
-}  // namespace ctitan::models::llama
+}  // namespace ctitan::models

@@ -7,9 +7,9 @@
 #include <optional>
 #include <vector>
 
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/transformer.h"
 
-namespace ctitan::models::llama {
+namespace ctitan::models {
 
 struct SamplingOptions {
   int64_t max_new_tokens = 32;
@@ -26,4 +26,4 @@ std::vector<int64_t> generate(TransformerImpl& model, const std::vector<int64_t>
 // The next id from one row of logits (vocab,), as generate() picks it.
 int64_t sample_next(const torch::Tensor& logits, const SamplingOptions& options, at::Generator& generator);
 
-}  // namespace ctitan::models::llama
+}  // namespace ctitan::models

@@ -1,12 +1,12 @@
-#include "ctitan/models/llama/generate.h"
+#include "ctitan/models/common/generate.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
 #include "ctitan/common/error.h"
-#include "ctitan/models/llama/kv_cache.h"
+#include "ctitan/models/common/kv_cache.h"
 
-namespace ctitan::models::llama {
+namespace ctitan::models {
 
 int64_t sample_next(const torch::Tensor& logits, const SamplingOptions& options, at::Generator& generator) {
   auto l = logits.to(torch::kFloat);  // (vocab,)
@@ -52,4 +52,4 @@ std::vector<int64_t> generate(TransformerImpl& model, const std::vector<int64_t>
   return out;
 }
 
-}  // namespace ctitan::models::llama
+}  // namespace ctitan::models

@@ -1,13 +1,15 @@
 #pragma once
-// Llama 3 as plain libtorch modules. Parameter names match torchtitan's, e.g.
+// The decoder-only transformer every dense family builds (Llama 3, Qwen3), as plain libtorch
+// modules; ModelArgs switches the features a family adds (QK-norm, a head_dim apart from
+// dim / n_heads, tied embeddings). Parameter names match torchtitan's, e.g.
 // `layers.3.attention.wq.weight`, because checkpoints and sharding address parameters by name.
 // Nothing here knows about parallelism: parallel/ wraps these modules from outside.
 #include <torch/torch.h>
 
-#include "ctitan/models/llama/args.h"
-#include "ctitan/models/module_hooks.h"
+#include "ctitan/models/common/model_args.h"
+#include "ctitan/models/common/module_hooks.h"
 
-namespace ctitan::models::llama {
+namespace ctitan::models {
 
 class RMSNormImpl : public torch::nn::Module {
  public:
@@ -46,6 +48,8 @@ class AttentionImpl : public torch::nn::Module {
   // own as well; without, x is the whole sequence (training).
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, KVCacheSlot* cache = nullptr);
   torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+  // Per-head RMSNorm of queries and keys before RoPE (args.qk_norm, Qwen3); null without.
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};
   // The model's hooks, through which the projections are called (async tensor parallelism
   // replaces them there by matmuls fused with their collectives); null: plain calls.
   const ModuleHooks* hooks = nullptr;
@@ -88,6 +92,9 @@ class TransformerImpl : public torch::nn::Module {
   const ModelArgs& args() const { return args_; }
   // The blocks this model holds, in layer order.
   std::vector<TransformerBlockImpl*> blocks() const;
+  // h: (B, T, dim), after norm -> logits (B, T, vocab_size): the output layer, or with tied
+  // embeddings (args.tie_word_embeddings) tok_embeddings' weight, which then has no `output`.
+  torch::Tensor logits(const torch::Tensor& h);
 
   // Run around the forward of the model itself, tok_embeddings, each block (and inside it,
   // attention and feed_forward, and inside those each projection), norm and output.
@@ -98,7 +105,7 @@ class TransformerImpl : public torch::nn::Module {
   // unsharded names (`layers.3.attention.wq.weight`) and checkpoints need no renaming.
   torch::nn::ModuleDict layers{nullptr};
   RMSNorm norm{nullptr};
-  torch::nn::Linear output{nullptr};
+  torch::nn::Linear output{nullptr};  // null with tied embeddings
 
  private:
   const RopeTables& rope_for(torch::Device device);
@@ -111,4 +118,4 @@ TORCH_MODULE(Transformer);
 // normal(0, 1) embeddings, dim^-0.5 output layer, unit norms. Uses the default generator.
 void init_weights(TransformerImpl& model);
 
-}  // namespace ctitan::models::llama
+}  // namespace ctitan::models

@@ -1,6 +1,6 @@
-#include "ctitan/models/llama/kv_cache.h"
+#include "ctitan/models/common/kv_cache.h"
 
-namespace ctitan::models::llama {
+namespace ctitan::models {
 
 CachedDecoder::CachedDecoder(TransformerImpl& model, int64_t batch, int64_t max_len)
     : model_(model), max_len_(max_len) {
@@ -28,7 +28,7 @@ torch::Tensor CachedDecoder::forward(const torch::Tensor& tokens) {
     h = block->forward(h, rope, &slot);
   }
   pos_ += T;
-  return model_.output(model_.norm(h));  // (B, T, vocab)
+  return model_.logits(model_.norm(h));  // (B, T, vocab)
 }
 
-}  // namespace ctitan::models::llama
+}  // namespace ctitan::models

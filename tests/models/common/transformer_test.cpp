@@ -1,10 +1,11 @@
-#include "ctitan/models/llama/model.h"
+#include "ctitan/models/common/transformer.h"
 
 #include <gtest/gtest.h>
 
-#include "ctitan/models/llama/flops.h"
+#include "ctitan/models/common/flops.h"
+#include "ctitan/models/model_spec.h"
 
-namespace ctitan::models::llama {
+namespace ctitan::models {
 namespace {
 
 ModelArgs tiny_args() {
@@ -15,7 +16,7 @@ ModelArgs tiny_args() {
 }
 
 TEST(LlamaModel, ParameterNamesMatchTorchtitan) {
-  Transformer model(llama3_flavor("debugmodel"));
+  Transformer model(model_flavor("llama3", "debugmodel"));
   std::set<std::string> names;
   for (const auto& p : model->named_parameters()) names.insert(p.key());
   for (auto name : {"tok_embeddings.weight", "layers.3.attention.wq.weight", "layers.3.attention.wk.weight",
@@ -31,7 +32,7 @@ TEST(LlamaModel, ParameterNamesMatchTorchtitan) {
 // Debug model by hand: per block 4·256² (attention) + 3·256·768 (FFN) + 2·256 (norms) = 852,480;
 // six blocks 5,114,880; final norm 256; output 256·2048 = 524,288; embedding 524,288.
 TEST(LlamaModel, ParamCountsByHandAndAgainstTheModule) {
-  auto args = llama3_flavor("debugmodel");
+  auto args = model_flavor("llama3", "debugmodel");
   EXPECT_EQ(args.ffn_hidden_dim(), 768);
   auto count = count_params(args);
   EXPECT_EQ(count.embedding, 524288);
@@ -40,15 +41,15 @@ TEST(LlamaModel, ParamCountsByHandAndAgainstTheModule) {
   for (const auto& p : Transformer(args)->parameters()) numel += p.numel();
   EXPECT_EQ(count.total, numel);
   // Llama 3 8B has 8,030,261,248 parameters (Meta's model card figure of "8.03B").
-  EXPECT_EQ(count_params(llama3_flavor("8B")).total, 8030261248);
-  EXPECT_EQ(llama3_flavor("8B").ffn_hidden_dim(), 14336);
-  EXPECT_EQ(llama3_flavor("70B").ffn_hidden_dim(), 28672);
-  EXPECT_EQ(llama3_flavor("405B").ffn_hidden_dim(), 53248);
+  EXPECT_EQ(count_params(model_flavor("llama3", "8B")).total, 8030261248);
+  EXPECT_EQ(model_flavor("llama3", "8B").ffn_hidden_dim(), 14336);
+  EXPECT_EQ(model_flavor("llama3", "70B").ffn_hidden_dim(), 28672);
+  EXPECT_EQ(model_flavor("llama3", "405B").ffn_hidden_dim(), 53248);
 }
 
 // 6 · 5,639,424 (non-embedding) + 12 · 6 layers · 16 heads · 16 head_dim · 2048 tokens.
 TEST(LlamaModel, FlopsPerTokenIsTorchtitansFormula) {
-  EXPECT_DOUBLE_EQ(flops_per_token(llama3_flavor("debugmodel"), 2048), 6.0 * 5639424 + 12.0 * 6 * 16 * 16 * 2048);
+  EXPECT_DOUBLE_EQ(flops_per_token(model_flavor("llama3", "debugmodel"), 2048), 6.0 * 5639424 + 12.0 * 6 * 16 * 16 * 2048);
 }
 
 TEST(LlamaModel, ForwardShapeAndGqaProjections) {
@@ -89,7 +90,7 @@ TEST(LlamaModel, RopeMatchesComplexReference) {
 
 TEST(LlamaModel, InitFollowsTorchtitan) {
   torch::manual_seed(0);
-  auto args = llama3_flavor("debugmodel");
+  auto args = model_flavor("llama3", "debugmodel");
   Transformer model(args);
   init_weights(*model);
   auto std_of = [](const torch::Tensor& t) { return t.std().item<double>(); };
@@ -104,4 +105,4 @@ TEST(LlamaModel, InitFollowsTorchtitan) {
 }
 
 }  // namespace
-}  // namespace ctitan::models::llama
+}  // namespace ctitan::models

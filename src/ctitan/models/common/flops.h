@@ -2,13 +2,14 @@
 // Parameter counts and training FLOPs per token, computed from the model shape alone.
 #include <cstdint>
 
-#include "ctitan/models/llama/args.h"
+#include "ctitan/models/common/model_args.h"
 
-namespace ctitan::models::llama {
+namespace ctitan::models {
 
 struct ParamCount {
   int64_t total = 0;
   int64_t embedding = 0;  // tok_embeddings only; the output layer does matmuls and counts as compute
+  int64_t output = 0;     // the output layer's own weight; 0 when tied to tok_embeddings
 };
 
 ParamCount count_params(const ModelArgs& args);
@@ -17,4 +18,4 @@ ParamCount count_params(const ModelArgs& args);
 // backward (4) FLOPs per weight; the second is the QK^T and PV matmuls, without causal savings.
 double flops_per_token(const ModelArgs& args, int64_t seq_len);
 
-}  // namespace ctitan::models::llama
+}  // namespace ctitan::models

@@ -1,5 +1,5 @@
 // KV-cached decoding against the model's own full forward, and the sampling rules.
-#include "ctitan/models/llama/generate.h"
+#include "ctitan/models/common/generate.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
@@ -8,9 +8,9 @@
 #include <set>
 
 #include "ctitan/common/error.h"
-#include "ctitan/models/llama/kv_cache.h"
+#include "ctitan/models/common/kv_cache.h"
 
-namespace ctitan::models::llama {
+namespace ctitan::models {
 namespace {
 
 // GQA (2 kv heads for 4) so the cache's head sharing is exercised.
@@ -118,4 +118,4 @@ TEST(Generate, StopsAtTheStopTokenAndRejectsBadPrompts) {
 }
 
 }  // namespace
-}  // namespace ctitan::models::llama
+}  // namespace ctitan::models

@@ -1,0 +1,33 @@
+#include "ctitan/models/common/parameter_shapes.h"
+
+#include <fmt/format.h>
+
+namespace ctitan::models {
+
+std::map<std::string, std::vector<int64_t>> parameter_shapes(const ModelArgs& args) {
+  int64_t d = args.dim, hd = args.head_dim(), ffn = args.ffn_hidden_dim();
+  std::map<std::string, std::vector<int64_t>> shapes{
+      {"tok_embeddings.weight", {args.vocab_size, d}},
+      {"norm.weight", {d}},
+  };
+  if (!args.tie_word_embeddings) shapes["output.weight"] = {args.vocab_size, d};
+  for (int64_t i = 0; i < args.n_layers; ++i) {
+    auto p = fmt::format("layers.{}.", i);
+    shapes[p + "attention.wq.weight"] = {args.n_heads * hd, d};
+    shapes[p + "attention.wk.weight"] = {args.kv_heads() * hd, d};
+    shapes[p + "attention.wv.weight"] = {args.kv_heads() * hd, d};
+    shapes[p + "attention.wo.weight"] = {d, args.n_heads * hd};
+    if (args.qk_norm) {
+      shapes[p + "attention.q_norm.weight"] = {hd};
+      shapes[p + "attention.k_norm.weight"] = {hd};
+    }
+    shapes[p + "feed_forward.w1.weight"] = {ffn, d};
+    shapes[p + "feed_forward.w2.weight"] = {d, ffn};
+    shapes[p + "feed_forward.w3.weight"] = {ffn, d};
+    shapes[p + "attention_norm.weight"] = {d};
+    shapes[p + "ffn_norm.weight"] = {d};
+  }
+  return shapes;
+}
+
+}  // namespace ctitan::models
