@@ -68,7 +68,7 @@ def local_bytes(tensors):
 
 
 def apply_fsdp(model, mesh, args):
-    """FSDP2 as ctitan's parallel/parallelize_llama.cpp (and torchtitan's apply_fsdp): one group per
+    """FSDP2 as ctitan's parallel/fsdp_plan.cpp (and torchtitan's apply_fsdp): one group per
     block; [norm, output] are needed first in backward, so by default they stay gathered."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}

@@ -3,7 +3,7 @@ training step's pieces (loss, clipping, optimizer), written as people write them
 
 Attention is F.scaled_dot_product_attention(is_causal=True), with enable_gqa when n_kv_heads <
 n_heads; norms are nn.RMSNorm; RoPE rotates adjacent pairs through complex freqs_cis as in
-torchtitan; AdamW is fused. Shapes and ModelArgs defaults are ctitan's (src/ctitan/models/llama/).
+torchtitan; AdamW is fused. Shapes and ModelArgs defaults are ctitan's (src/ctitan/models/common/, src/ctitan/models/llama3/).
 Parallelism (DDP, FSDP2) and torch.compile are applied to the model from outside.
 """
 import dataclasses
@@ -45,7 +45,7 @@ class ModelArgs:
             self.n_kv_heads = self.n_heads
 
 
-# ctitan's flavors (src/ctitan/models/llama/args.cpp) that the Python benchmarks train.
+# ctitan's flavors (src/ctitan/models/llama3/flavors.cpp) that the Python benchmarks train.
 FLAVORS = {
     "debugmodel": ModelArgs(dim=256, n_layers=6, n_heads=16, vocab_size=2048),
     "134M": ModelArgs(dim=768, n_layers=12, n_heads=12, vocab_size=32000),

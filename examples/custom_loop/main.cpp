@@ -15,7 +15,7 @@
 #include "ctitan/data/tokenizer.h"
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/distributed/init_distributed.h"
-#include "ctitan/parallel/parallelize_llama.h"
+#include "ctitan/parallel/fsdp_plan.h"
 #include "ctitan/train/adamw.h"
 #include "ctitan/train/loss.h"
 #include "ctitan/train/model_builder.h"

@@ -221,7 +221,7 @@ TEST(ConfigManager, ToTomlKeepsNewlinesAndTabsInStrings) {
 }
 
 TEST(ConfigManager, ShippedConfigsParse) {
-  for (auto name : {"llama3_debug", "llama3_134m", "llama3_8b", "llama3_70b", "llama3_405b"}) {
+  for (auto name : {"llama3_debug", "llama3_134m", "llama3_8b", "llama3_70b", "llama3_405b", "qwen3_debug"}) {
     EXPECT_NO_THROW(load_job_config(std::string(CTITAN_SOURCE_DIR) + "/configs/" + name + ".toml", {})) << name;
   }
 }
