@@ -20,6 +20,7 @@
 #include "ctitan/checkpoint/model_io.h"
 #include "ctitan/config/config_manager.h"
 #include "ctitan/models/common/transformer.h"
+#include "ctitan/models/model_spec.h"
 #include "ctitan/train/model_builder.h"
 #include "ctitan/train/trainer.h"
 #include "support/test_support.h"
@@ -409,6 +410,41 @@ TEST(CliHfTransformers, ExportedQwen3LogitsAndGreedyIdsMatchTransformers) {
   auto ours = transformers_json_result(run_ctitan({"generate", "--checkpoint", t.hf.string(), "--prompt-ids", prompt,
                                       "--max-new-tokens", "20", "--temperature", "0", "--json"}));
   expect_same_greedy_ids(ours, greedy["runs"][0], "tiny Qwen3, prompt " + prompt);
+}
+
+// (a, tied Qwen3) A tied model (Qwen3-0.6B's layout, at the tiny job's size) exports with
+// tie_word_embeddings and no lm_head.weight, and transformers computes its logits.
+TEST(CliHfTransformers, ExportedTiedQwen3LogitsMatchTransformers) {
+  if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
+  auto args = models::model_flavor("qwen3", "0.6B");
+  args.dim = 64; args.n_layers = 2; args.n_heads = 4; args.n_kv_heads = 2; args.explicit_head_dim = 32;
+  args.ffn_dim = 128; args.vocab_size = 256; args.max_seq_len = 64;
+  ASSERT_TRUE(args.tie_word_embeddings);
+  torch::manual_seed(7);
+  models::Transformer model(args);
+  models::init_weights(*model);
+  StateDict state;
+  {
+    torch::NoGradGuard no_grad;
+    // Norm weights away from 1, so that a misplaced QK-norm weight shows.
+    for (const auto& p : model->named_parameters()) {
+      auto t = p.value().detach().clone();
+      if (t.dim() == 1) t.add_(torch::randn_like(t) * 0.2);
+      state[p.key()] = t;
+    }
+  }
+  TempDir work;
+  auto hf = work.path() / "hf";
+  checkpoint::hf::export_hf(state, args, {}, hf);
+  EXPECT_FALSE(testing::read_file((hf / "model.safetensors").string()).find("lm_head") != std::string::npos);
+  const std::vector<int64_t> ids{1, 2, 3, 200, 17, 255, 0, 64, 64, 9};
+  auto ref = reference(work, "logits", {"logits", "--model", hf.string(), "--ids", ids_arg(ids)});
+  ASSERT_FALSE(ref.is_null());
+  EXPECT_EQ(ref["config"]["tie_word_embeddings"], true) << ref["config"].dump();
+  EXPECT_EQ(ref["config"]["architecture"], "Qwen3ForCausalLM") << ref["config"].dump();
+  auto c = compare(ctitan_logits(state, args, ids), ref);
+  EXPECT_TRUE(c.ok()) << c.str();
+  std::cout << "[ tied Qwen3 export ] " << c.str() << "\n";
 }
 
 // (c for Qwen3) A Qwen3ForCausalLM saved by transformers imports with its logits. Its norm

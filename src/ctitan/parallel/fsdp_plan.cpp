@@ -9,7 +9,11 @@ std::unique_ptr<fsdp::FSDPModule> apply_fsdp(models::TransformerImpl& model, fsd
   const bool reshard_blocks = reshard_after_forward == config::ReshardAfterForward::kAlways ||
                               (reshard_after_forward == config::ReshardAfterForward::kDefault && !pipeline);
   auto fsdp = std::make_unique<fsdp::FSDPModule>(model.hooks, std::move(groups), mp);
-  if (model.tok_embeddings) fsdp->fully_shard({{"tok_embeddings", model.tok_embeddings.ptr().get()}}, reshard_blocks);
+  // A tied head multiplies by the embedding's weight at the end of forward and first thing in
+  // backward: the embedding group stays unsharded after forward, as torchtitan's root group does,
+  // and its reduce-scatter (at the end of backward, its input being token ids) sees both uses.
+  const bool reshard_embedding = reshard_blocks && !model.tied_head;
+  if (model.tok_embeddings) fsdp->fully_shard({{"tok_embeddings", model.tok_embeddings.ptr().get()}}, reshard_embedding);
   for (auto* block : model.blocks()) {
     fsdp->fully_shard({{"layers." + std::to_string(block->layer_id), block}}, reshard_blocks);
   }

@@ -88,7 +88,7 @@ class Trainer {
   // is allocated.
   void refuse_if_the_step_cannot_fit(const models::ModelArgs& args) const;
   // A ConfigError naming model.flavor when the layout needs what the model lacks (tied
-  // embeddings under FSDP, TP or PP); before anything is built.
+  // embeddings under PP); before anything is built.
   void refuse_layouts_the_model_lacks(const models::ModelArgs& args) const;
   // Throws, naming the step, when the gradient norm is not finite: before the update for CPU
   // norms; device norms are recorded and thrown by check_no_non_finite_step() (log steps, saves).

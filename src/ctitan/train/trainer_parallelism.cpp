@@ -17,12 +17,11 @@
 namespace ctitan::train {
 
 void Trainer::refuse_layouts_the_model_lacks(const models::ModelArgs& args) const {
-  if (dist_ && args.tie_word_embeddings &&
-      (dist_->dims.pp_enabled() || dist_->dims.tp_enabled() || dist_->dims.fsdp_enabled())) {
-    // The head reads the embedding's weight: PP puts them on different stages, and FSDP's and
-    // TP's per-module sharding has no unit that holds both yet.
-    throw ConfigError(fmt::format("model.flavor '{}' of {} ties the output layer to tok_embeddings, which trains on "
-                                  "one process or with DDP only (not FSDP, TP or PP); use an untied flavor",
+  if (dist_ && args.tie_word_embeddings && dist_->dims.pp_enabled()) {
+    // The head reads the embedding's weight, and PP puts them on the first and the last stage:
+    // the weight and its gradient would have to travel between them every step.
+    throw ConfigError(fmt::format("model.flavor '{}' of {} ties the output layer to tok_embeddings, which pipeline "
+                                  "parallelism cannot split; use an untied flavor or another layout",
                                   config_.model.flavor, config_.model.name));
   }
 }

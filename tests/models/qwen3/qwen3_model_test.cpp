@@ -107,6 +107,8 @@ TEST(Qwen3Model, TiedEmbeddingsServeAsTheHead) {
   Transformer model(args);
   init_weights(*model);
   EXPECT_FALSE(model->output);
+  ASSERT_TRUE(model->tied_head);
+  EXPECT_EQ(model->head(), model->tied_head.ptr().get());
   auto tokens = torch::randint(0, args.vocab_size, {2, 5}, torch::kLong);
   auto logits = model->forward(tokens);  // (2, 5, vocab)
   torch::Tensor h = model->tok_embeddings(tokens);

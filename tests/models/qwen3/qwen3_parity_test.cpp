@@ -42,26 +42,47 @@ TEST(CliQwen3Parity, Fsdp2ByTp2MatchesOneProcess) {
                 kBatch4);
 }
 
-// Tied embeddings under DDP: the head's and the lookup's gradients meet in the one weight before
-// DDP's hook reduces it (autograd sums a leaf's uses first), so DDP matches one process too.
+// Tied embeddings (the 0.6B to 4B flavors; the tiny job's overrides make 0.6B tiny, its tying
+// stays). The head's and the lookup's gradients meet in the one weight: under DDP before the
+// hook reduces it (autograd sums a leaf's uses first); under FSDP in the embedding group's
+// reduce-scatter at the end of backward; under TP each rank's head reads its own vocabulary rows
+// of the embedding, as an untied head's slice would be.
+const std::vector<std::string> kTied = {"--model.name", "qwen3", "--model.flavor", "0.6B", "--model.hidden_dim", "128",
+                                        "--model.head_dim", "32", "--model.n_kv_heads", "2"};
+const std::vector<std::string> kTiedBatch4 = concat(kTied, {"--training.local_batch_size", "4"});
+
 TEST(CliQwen3Parity, TiedDdp2MatchesOneProcess) {
-  const std::vector<std::string> tied = {"--model.name", "qwen3", "--model.flavor", "0.6B", "--model.hidden_dim", "128",
-                                         "--model.head_dim", "32", "--model.n_kv_heads", "2"};
-  expect_parity("Qwen3 tied DDP(2)", 2, concat(tied, concat(degrees(2, 1), {"--training.local_batch_size", "2"})),
-                concat(tied, {"--training.local_batch_size", "4"}));
+  expect_parity("Qwen3 tied DDP(2)", 2, concat(kTied, concat(degrees(2, 1), {"--training.local_batch_size", "2"})),
+                kTiedBatch4);
 }
 
-// Tied embeddings (the 0.6B to 4B flavors) train on one process or with DDP only: any other
-// layout is one line naming the flavor, before the model is built (the tiny job's overrides make
-// the 0.6B flavor tiny; its tying stays).
-TEST(CliQwen3Parity, TiedFlavorUnderFsdpIsRefusedByName) {
+TEST(CliQwen3Parity, TiedFsdp2MatchesOneProcess) {
+  expect_parity("Qwen3 tied FSDP(2)", 2, concat(kTied, concat(degrees(1, 2), {"--training.local_batch_size", "2"})),
+                kTiedBatch4);
+}
+
+TEST(CliQwen3Parity, TiedTp2MatchesOneProcess) {
+  expect_parity("Qwen3 tied TP(2)", 2, concat(kTiedBatch4, degrees(1, 1, 2)), kTiedBatch4);
+}
+
+TEST(CliQwen3Parity, TiedFsdp2ByAsyncTp2MatchesOneProcess) {
+  expect_parity("Qwen3 tied FSDP(2)xTP(2) async", 4,
+                concat(kTied, concat(degrees(1, 2, 2), {"--training.local_batch_size", "2",
+                                                        "--parallelism.enable_async_tensor_parallel", "true"})),
+                kTiedBatch4);
+}
+
+// Under PP the embedding and the head are on different stages: one line naming the flavor,
+// before the model is built.
+TEST(CliQwen3Parity, TiedFlavorUnderPpIsRefusedByName) {
   testing::TempDir dir;
   auto args = concat({"run", "--nproc-per-node", "2", "--master-port", "0", "train"},
                      concat(testing::tiny_job_args(dir.path().string()),
-                            {"--model.name", "qwen3", "--model.flavor", "0.6B", "--model.n_kv_heads", "2", "--training.steps", "1"}));
+                            concat(kTied, {"--parallelism.pipeline_parallel_degree", "2", "--training.steps", "1"})));
   auto r = testing::run_ctitan(args);
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("model.flavor '0.6B' of qwen3 ties the output layer to tok_embeddings"), std::string::npos)
+  EXPECT_NE(r.output.find("model.flavor '0.6B' of qwen3 ties the output layer to tok_embeddings, which pipeline "
+                          "parallelism cannot split"), std::string::npos)
       << r.output;
 }
 

@@ -135,15 +135,24 @@ TransformerImpl::TransformerImpl(const ModelArgs& args) : args_(args) {
     block->feed_forward->hooks = &hooks;
   }
   norm = register_module("norm", RMSNorm(args.dim, args.norm_eps));
-  if (!args.tie_word_embeddings) output = register_module("output", linear(args.dim, args.vocab_size));
+  if (args.tie_word_embeddings) {
+    tied_head = TiedHead(tok_embeddings);
+  } else {
+    output = register_module("output", linear(args.dim, args.vocab_size));
+  }
 }
 
+torch::nn::Module* TransformerImpl::head() const {
+  if (output) return output.ptr().get();
+  return tied_head ? tied_head.ptr().get() : nullptr;
+}
+
+torch::Tensor TransformerImpl::head_weight() const { return output ? output->weight : tied_head->weight(); }
+
 torch::Tensor TransformerImpl::logits(const torch::Tensor& h) {
-  if (output) return hooks.call(*output, h, [&](const torch::Tensor& x) { return output(x); });
-  // Tied: no hook point of its own. parallel/ refuses layouts that would need one (a sharded or
-  // split embedding), so the embedding's whole weight is here.
-  TORCH_CHECK(args_.tie_word_embeddings && tok_embeddings, "a model part without an output layer has no logits");
-  return torch::nn::functional::linear(h, tok_embeddings->weight);
+  auto* module = head();
+  TORCH_CHECK(module, "a model part without the output layer has no logits");
+  return hooks.call(*module, h, [&](const torch::Tensor& x) { return output ? output(x) : tied_head(x); });
 }
 
 const RopeTables& TransformerImpl::rope_for(torch::Device device) {
@@ -172,7 +181,7 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
       h = hooks.call(*block, h, [block, rope](const torch::Tensor& x) { return block->forward(x, rope); });
     }
     if (norm) h = hooks.call(*norm, h, [&](const torch::Tensor& x) { return norm(x); });
-    if (output || (norm && args_.tie_word_embeddings)) h = logits(h);  // (B, T, vocab_size)
+    if (head()) h = logits(h);  // (B, T, vocab_size)
     return h;
   });
 }

@@ -82,6 +82,21 @@ class TransformerBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(TransformerBlock);
 
+// The output layer of a model with tied embeddings: logits from tok_embeddings' weight, with no
+// parameter of its own, so that weight is counted, sharded and stepped once. A module, so that
+// parallel/ hooks it where it hooks `output` (TP's gather and vocab-sharded logits).
+class TiedHeadImpl : public torch::nn::Module {
+ public:
+  explicit TiedHeadImpl(torch::nn::Embedding embedding) : embedding_(std::move(embedding)) {}
+  // h: (B, T, dim) -> (B, T, rows of the embedding's weight)
+  torch::Tensor forward(const torch::Tensor& h) { return torch::nn::functional::linear(h, embedding_->weight); }
+  const torch::Tensor& weight() const { return embedding_->weight; }
+
+ private:
+  torch::nn::Embedding embedding_;  // the model's own, not registered here
+};
+TORCH_MODULE(TiedHead);
+
 class TransformerImpl : public torch::nn::Module {
  public:
   explicit TransformerImpl(const ModelArgs& args);
@@ -92,9 +107,13 @@ class TransformerImpl : public torch::nn::Module {
   const ModelArgs& args() const { return args_; }
   // The blocks this model holds, in layer order.
   std::vector<TransformerBlockImpl*> blocks() const;
-  // h: (B, T, dim), after norm -> logits (B, T, vocab_size): the output layer, or with tied
-  // embeddings (args.tie_word_embeddings) tok_embeddings' weight, which then has no `output`.
+  // h: (B, T, dim), after norm -> logits (B, T, vocab_size), through head().
   torch::Tensor logits(const torch::Tensor& h);
+  // The module that computes the logits: `output`, or `tied_head` with tied embeddings
+  // (args.tie_word_embeddings); null in a pipeline stage without the head.
+  torch::nn::Module* head() const;
+  // head()'s weight (vocab_size, dim): output's, or tok_embeddings' when tied.
+  torch::Tensor head_weight() const;
 
   // Run around the forward of the model itself, tok_embeddings, each block (and inside it,
   // attention and feed_forward, and inside those each projection), norm and output.
@@ -106,6 +125,7 @@ class TransformerImpl : public torch::nn::Module {
   torch::nn::ModuleDict layers{nullptr};
   RMSNorm norm{nullptr};
   torch::nn::Linear output{nullptr};  // null with tied embeddings
+  TiedHead tied_head{nullptr};        // with tied embeddings only; not registered (no parameters)
 
  private:
   const RopeTables& rope_for(torch::Device device);

@@ -23,7 +23,9 @@
 // the gradient with respect to i's input has been computed, which needs every op of i's forward
 // to have run its backward; each of i's parameters' AccumulateGrad nodes is ready at the same
 // time as those ops and, having the highest priority in the engine's ready queue, runs first.
-// A parameter used outside its group would break this; in Llama no parameter is.
+// A parameter used outside its group would break this; the one that is, a tied embedding read by
+// the head (models::TiedHead), has a group whose input is token ids: its post-backward waits for
+// the end of backward, when both uses have accumulated (parallel/fsdp_plan.cpp keeps it unsharded).
 //
 // Collectives: every rank issues the same all-gathers and reduce-scatters in the same order,
 // because the hooks fire in an order fixed by the model's structure, identical on every rank.

@@ -12,7 +12,7 @@ void keep_stage_modules(models::TransformerImpl& model, const std::vector<std::s
   if (model.tok_embeddings) present.insert("tok_embeddings");
   for (const auto& item : *model.layers) present.insert("layers." + item.key());
   if (model.norm) present.insert("norm");
-  if (model.output) present.insert("output");
+  if (model.head()) present.insert("output");
   for (const auto& fqn : fqns) {  // checked before anything is dropped
     if (!present.count(fqn)) throw std::logic_error(fmt::format("pipeline stage: the model has no module '{}'", fqn));
   }
@@ -36,6 +36,12 @@ void keep_stage_modules(models::TransformerImpl& model, const std::vector<std::s
   if (model.output && !wanted.count("output")) {
     model.unregister_module("output");
     model.output = nullptr;
+  }
+  // A tied head reads tok_embeddings' weight: the trainer refuses PP for such a model, so a stage
+  // keeps both or neither.
+  if (model.tied_head && !wanted.count("output")) model.tied_head = nullptr;
+  if (model.tied_head && !model.tok_embeddings) {
+    throw std::logic_error("pipeline stage: a tied output layer without tok_embeddings");
   }
 }
 

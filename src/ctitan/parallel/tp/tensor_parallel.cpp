@@ -98,18 +98,21 @@ void TensorParallel::apply_plan(models::TransformerImpl& model) {
     hook_sublayer(hooks, feed_forward, {feed_forward.w1, feed_forward.w3}, feed_forward.w2);
   }
   if (model.norm) replicated_.insert("norm.weight");
-  if (!model.output) return;
-  slice("output.weight", model.output->weight, 0, vocab_);
+  auto* head = model.head();
+  if (!head) return;
+  // The head's rows are this rank's vocabulary, as the embedding's: a tied head reads the
+  // embedding's slice (sliced above), an untied one is sliced here.
+  if (model.output) slice("output.weight", model.output->weight, 0, vocab_);
   if (async_) {
-    hooks.set_around(*model.output, [g, output = model.output](const torch::Tensor& x, const auto&) {
-      return all_gather_matmul(x, {output->weight}, *g)[1];  // (B, T, V_r)
+    hooks.set_around(*head, [g, &model](const torch::Tensor& x, const auto&) {
+      return all_gather_matmul(x, {model.head_weight()}, *g)[1];  // (B, T, V_r)
     });
   } else {
-    hooks.add_pre_forward(*model.output, [g](const torch::Tensor& x) { return gather_sequence(x, *g); });
+    hooks.add_pre_forward(*head, [g](const torch::Tensor& x) { return gather_sequence(x, *g); });
   }
   if (!loss_parallel_) {
-    hooks.add_post_forward(*model.output, [g, vocab = args.vocab_size, chunk = (args.vocab_size + tp - 1) / tp](
-                                              const torch::Tensor& logits) { return gather_vocab(logits, *g, vocab, chunk); });
+    hooks.add_post_forward(*head, [g, vocab = args.vocab_size, chunk = (args.vocab_size + tp - 1) / tp](
+                                      const torch::Tensor& logits) { return gather_vocab(logits, *g, vocab, chunk); });
   }
 }
 
