@@ -16,8 +16,8 @@
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/distributed/init_distributed.h"
 #include "ctitan/parallel/fsdp_plan.h"
-#include "ctitan/train/adamw.h"
-#include "ctitan/train/loss.h"
+#include "ctitan/components/adamw.h"
+#include "ctitan/components/loss.h"
 #include "ctitan/train/model_builder.h"
 
 using namespace ctitan;
@@ -68,7 +68,7 @@ int main(int argc, char** argv) try {
   auto model = train::build_model(args, torch::kCPU);  // every rank builds the same weights (seed 0)
   auto fsdp = parallel::apply_fsdp(*model, {shard_group, nullptr}, {torch::kFloat, torch::kFloat},
                                    config::ReshardAfterForward::kDefault);
-  train::AdamW optimizer(fsdp->parameters_to_optimize(), {.lr = 3e-3});
+  components::AdamW optimizer(fsdp->parameters_to_optimize(), {.lr = 3e-3});
 
   // Window i of the packed stream goes to rank i % world: each rank reads its own share.
   data::PackedLoader loader(data::open_token_stream(write_corpus(std::filesystem::path(out_dir) / "data", rank),
@@ -101,9 +101,9 @@ int main(int argc, char** argv) try {
   while (step < steps) {
     auto batch = loader.next();
     // Token-weighted mean over the global batch: every rank divides by the same total.
-    auto tokens = train::count_valid_tokens(batch.labels);
+    auto tokens = components::count_valid_tokens(batch.labels);
     dist->world->all_reduce(tokens, distributed::ReduceOp::kSum);
-    auto loss = train::summed_cross_entropy(model->forward(batch.inputs), batch.labels) / tokens.to(torch::kFloat);
+    auto loss = components::summed_cross_entropy(model->forward(batch.inputs), batch.labels) / tokens.to(torch::kFloat);
     loss.backward();  // FSDP reduce-scatters each block's gradients into this rank's shards
     optimizer.step(3e-3);
     optimizer.zero_grad();

@@ -312,7 +312,7 @@ TEST(CliPs, BadConfigsFailWithOneLine) {
     std::string line;
   };
   for (const auto& c : std::vector<Case>{
-           {{"--ps.mode", "sideways"}, "ctitan: config error: ps.mode must be gradients or dist_autograd (got 'sideways')"},
+           {{"--ps.mode", "sideways"}, "ctitan: config error: --ps.mode must be gradients or dist_autograd (got 'sideways')"},
            {{}, "ctitan: config error: ctitan ps needs a server and at least one trainer (got world size 1)"},
        }) {
     auto r = testing::run_ctitan(concat(concat({"ps"}, job), c.args));

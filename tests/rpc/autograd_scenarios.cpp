@@ -7,7 +7,7 @@
 //                  also from an async function's own thread through ContextGuard.
 //   dist_optim     w1 owned by worker1, w2 by worker0: 3 steps of DistributedOptimizer("adamw"),
 //                  clipped by the global norm (grad_sq_norm across owners), equal 3 steps of one
-//                  local train::AdamW bitwise: clip factors, losses and parameters; a failure on
+//                  local components::AdamW bitwise: clip factors, losses and parameters; a failure on
 //                  one owner surfaces at step() naming it; gradients of two contexts
 //                  accumulate()d equal two local backwards into .grad; two optimizers stepping one shared
 //                  parameter from two threads at once lose no update.
@@ -24,7 +24,7 @@
 #include "ctitan/rpc/dist_autograd.h"
 #include "ctitan/rpc/dist_optimizer.h"
 #include "ctitan/rpc/registry.h"
-#include "ctitan/train/adamw.h"
+#include "ctitan/components/adamw.h"
 #include "rpc/scenarios.h"
 
 namespace rpc_test {
@@ -211,10 +211,10 @@ void run_dist_optim(const Worker& w, rpc::RpcOptions& options) {
   rpc::DistributedOptimizer optimizer("adamw", {w1, w2}, adamw);
 
   auto w1_ref = leaf(w1_init()), w2_ref = leaf(w2_init());
-  ctitan::train::AdamWOptions ref_options;
+  ctitan::components::AdamWOptions ref_options;
   ref_options.weight_decay = 0.1;
   ref_options.eps = 1e-8;
-  ctitan::train::AdamW reference({{"w1", w1_ref}, {"w2", w2_ref}}, ref_options);
+  ctitan::components::AdamW reference({{"w1", w1_ref}, {"w2", w2_ref}}, ref_options);
   const double lr = 0.05;
   // Clipped to a global norm of 0.1 (below the gradients' norm, so every step clips), as a
   // trainer clipping across owners would: the squared norms are fp64 sums in owner order (worker0's

@@ -71,7 +71,7 @@ void run_ps(config::JobConfig config) {
   // Each trainer holds one push (blocking a pool thread only until its handler returns) and
   // the server one hold per trainer: a small pool is enough and spares the cores.
   options.num_worker_threads = 4;
-  if (config.ps.mode == "dist_autograd") {
+  if (config.ps.mode == config::PsMode::kDistAutograd) {
     run_dist_autograd(std::move(config), layout, options);
   } else if (layout.is_server()) {
     ps::ParameterServer server(std::move(config), layout);

@@ -22,6 +22,7 @@ const NameTable<AsyncMode> kAsyncModes = {{AsyncMode::kDisabled, "disabled"}, {A
 const NameTable<ActivationCheckpointMode> kAcModes = {{ActivationCheckpointMode::kNone, "none"},
                                                       {ActivationCheckpointMode::kFull, "full"},
                                                       {ActivationCheckpointMode::kSelective, "selective"}};
+const NameTable<PsMode> kPsModes = {{PsMode::kGradients, "gradients"}, {PsMode::kDistAutograd, "dist_autograd"}};
 const NameTable<DeviceChoice> kDeviceChoices = {
     {DeviceChoice::kAuto, "auto"}, {DeviceChoice::kCpu, "cpu"}, {DeviceChoice::kCuda, "cuda"}};
 
@@ -71,6 +72,7 @@ std::string name_of(DecayType v) { return name_in(kDecayTypes, v); }
 std::string name_of(ReshardAfterForward v) { return name_in(kReshardModes, v); }
 std::string name_of(GradientSync v) { return name_in(kGradientSyncs, v); }
 std::string name_of(DeviceChoice v) { return name_in(kDeviceChoices, v); }
+std::string name_of(PsMode v) { return name_in(kPsModes, v); }
 std::string name_of(AsyncMode v) { return name_in(kAsyncModes, v); }
 std::string name_of(ActivationCheckpointMode v) { return name_in(kAcModes, v); }
 
@@ -131,7 +133,7 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"profiling", "profile_freq", &c.profiling.profile_freq, "trace every N-th step (steps N, 2N, ...)"},
       {"profiling", "save_traces_folder", &c.profiling.save_traces_folder, "traces go under job.dump_folder/this"},
 
-      {"ps", "mode", &c.ps.mode, "ctitan ps: gradients (trainers push gradients to rank 0, which steps once per round) | dist_autograd (the embedding on rank 0, distributed autograd and optimizer)"},
+      {"ps", "mode", choice(&c.ps.mode, kPsModes), "ctitan ps: gradients (trainers push gradients to rank 0, which steps once per round) | dist_autograd (the embedding on rank 0, distributed autograd and optimizer)"},
       {"ps", "batch_size", &c.ps.batch_size, "ctitan ps: pushes per update; -1 = one from every trainer (the trainer count is the only other value accepted)"},
       {"ps", "round_timeout_seconds", &c.ps.round_timeout_seconds, "ctitan ps: a round not complete by then fails, naming the trainers missing"},
       {"activation_checkpoint", "mode", choice(&c.activation_checkpoint.mode, kAcModes), "recompute blocks' activations in backward: none, full (every block) or selective"},

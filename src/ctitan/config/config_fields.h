@@ -38,6 +38,7 @@ std::string name_of(DecayType v);
 std::string name_of(ReshardAfterForward v);
 std::string name_of(GradientSync v);
 std::string name_of(DeviceChoice v);
+std::string name_of(PsMode v);
 std::string name_of(AsyncMode v);
 std::string name_of(ActivationCheckpointMode v);
 

@@ -25,6 +25,9 @@ enum class AsyncMode { kDisabled, kAsync };
 enum class ActivationCheckpointMode { kNone, kFull, kSelective };
 // Where a rank computes: auto takes cuda:LOCAL_RANK when a GPU is visible, else the CPU.
 enum class DeviceChoice { kAuto, kCpu, kCuda };
+// ctitan ps: trainers push gradients to the server, or the embedding lives on the server behind
+// distributed autograd (docs/RPC.md).
+enum class PsMode { kGradients, kDistAutograd };
 
 struct Job {
   std::string dump_folder = "./outputs";  // output folder: metrics.jsonl, checkpoints, traces, TensorBoard
@@ -161,7 +164,7 @@ struct ActivationCheckpoint {
 
 // `ctitan ps` (src/ctitan/ps/): rank 0 serves the parameters, the other ranks train.
 struct Ps {
-  std::string mode = "gradients";       // gradients (trainers push gradients) | dist_autograd (embedding on the server, docs/RPC.md)
+  PsMode mode = PsMode::kGradients;     // gradients (trainers push gradients) | dist_autograd (embedding on the server, docs/RPC.md)
   int64_t batch_size = -1;              // pushes per update; -1 = every trainer's (world size - 1)
   double round_timeout_seconds = 300;   // a round not complete by then fails, naming who has not pushed
 };

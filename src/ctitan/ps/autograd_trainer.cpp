@@ -9,8 +9,8 @@
 #include "ctitan/rpc/api.h"
 #include "ctitan/rpc/dist_autograd.h"
 #include "ctitan/rpc/state_dict_wire.h"
-#include "ctitan/train/autocast.h"
-#include "ctitan/train/loss.h"
+#include "ctitan/components/autocast.h"
+#include "ctitan/components/loss.h"
 
 namespace ctitan::ps {
 namespace {
@@ -23,7 +23,7 @@ AutogradTrainer::AutogradTrainer(config::JobConfig config, PsLayout layout)
     : config_(std::move(config)), layout_(layout), model_(build_seeded_model(config_)),
       bf16_(config_.training.mixed_precision_param == torch::kBFloat16) {
   loader_ = make_trainer_loader(config_, model_, layout_);
-  lr_scheduler_ = std::make_unique<train::LrScheduler>(config_.lr_scheduler, config_.training.steps, config_.optimizer.lr);
+  lr_scheduler_ = std::make_unique<components::LrScheduler>(config_.lr_scheduler, config_.training.steps, config_.optimizer.lr);
 }
 
 TrainerStateWire AutogradTrainer::state() {
@@ -32,7 +32,7 @@ TrainerStateWire AutogradTrainer::state() {
   for (const auto& [fqn, p] : model_.named_params) {
     if (fqn != kEmbedding) model[fqn] = p.detach();
   }
-  // train::AdamW's keys, as `ctitan train`'s checkpoints hold them.
+  // components::AdamW's keys, as `ctitan train`'s checkpoints hold them.
   StateDict optimizer;
   auto per_param = optimizer_->state_dict();
   for (size_t i = 0; i < per_param.size(); ++i) {
@@ -118,7 +118,7 @@ void AutogradTrainer::run_steps() {
       int64_t tokens = 0;
       for (int64_t i = 0; i < microbatches; ++i) {
         batches.push_back(loader_->next());
-        tokens += train::count_valid_tokens(batches.back().labels).item<int64_t>();
+        tokens += components::count_valid_tokens(batches.back().labels).item<int64_t>();
       }
       // This trainer's tokens only: each trainer steps on its own batch (with one trainer, one
       // process's token-weighted loss over the same global batch).
@@ -131,15 +131,15 @@ void AutogradTrainer::run_steps() {
         dist_autograd::Context context;
         torch::Tensor loss;
         {
-          train::AutocastGuard autocast(bf16_, torch::kCPU);
+          components::AutocastGuard autocast(bf16_, torch::kCPU);
           auto logits = model.forward(batch.inputs);  // (B, T, vocab)
-          loss = train::summed_cross_entropy(logits, batch.labels);
+          loss = components::summed_cross_entropy(logits, batch.labels);
         }
         summed += loss.detach();
         dist_autograd::backward(context, {loss / denominator});
         optimizer_->accumulate(context);
       }
-      // The norm over both owners' gradients, then clip as train::clip_grad_norm does.
+      // The norm over both owners' gradients, then clip as components::clip_grad_norm does.
       const double norm = std::sqrt(optimizer_->grad_sq_norm());
       if (!std::isfinite(norm)) {
         throw std::runtime_error(fmt::format("ps: step {}: the gradient norm is {} (a non-finite loss or gradient)",

@@ -20,7 +20,7 @@
 #include "ctitan/ps/ps_functions.h"
 #include "ctitan/rpc/dist_optimizer.h"
 #include "ctitan/rpc/future.h"
-#include "ctitan/train/lr_scheduler.h"
+#include "ctitan/components/lr_scheduler.h"
 
 namespace ctitan::ps {
 
@@ -46,7 +46,7 @@ class AutogradTrainer {
   PsLayout layout_;
   SeededModel model_;
   std::unique_ptr<data::PackedLoader> loader_;
-  std::unique_ptr<train::LrScheduler> lr_scheduler_;
+  std::unique_ptr<components::LrScheduler> lr_scheduler_;
   std::unique_ptr<rpc::DistributedOptimizer> optimizer_;
   std::vector<std::string> optimizer_fqns_;  // the optimizer's parameters in order: the embedding, then local
   bool bf16_ = false;

@@ -6,7 +6,7 @@
 #include "ctitan/ps/server_parts.h"
 #include "ctitan/rpc/api.h"
 #include "ctitan/rpc/state_dict_wire.h"
-#include "ctitan/train/adamw.h"
+#include "ctitan/components/adamw.h"
 
 namespace ctitan::ps {
 namespace {
@@ -20,7 +20,7 @@ EmbeddingServer::EmbeddingServer(config::JobConfig config, PsLayout layout)
   // One rank writes the whole state: the trainers' parts arrive by RPC when a save is due.
   checkpointer_ = std::make_unique<checkpoint::CheckpointManager>(config_, checkpoint::local_coordinator(), nullptr,
                                                                   checkpoint::RankPlace{0, 1, 0, 1});
-  schedule_ = std::make_unique<train::LrScheduler>(config_.lr_scheduler, config_.training.steps, config_.optimizer.lr);
+  schedule_ = std::make_unique<components::LrScheduler>(config_.lr_scheduler, config_.training.steps, config_.optimizer.lr);
   resume();
   backward_done_ = std::make_shared<GradientRound>(layout_.trainers(), step_ + 1, "gradient");
   round_ = std::make_shared<GradientRound>(layout_.trainers(), step_ + 1, "report");
@@ -95,7 +95,7 @@ void EmbeddingServer::resume() {
     copies.emplace_back(fqn, p.detach().clone());
     if (fqn != kEmbedding) shape.model[fqn] = copies.back().second;
   }
-  shape.optimizer = train::AdamW(copies, {}).state_dict();
+  shape.optimizer = components::AdamW(copies, {}).state_dict();
   shape.lr_scheduler = schedule_->state_dict();
   std::map<int, TrainerState> trainers;
   for (int rank = 1; rank <= layout_.trainers(); ++rank) {

@@ -34,12 +34,12 @@
 #include "ctitan/ps/ps_functions.h"
 #include "ctitan/ps/push_stats.h"
 #include "ctitan/rpc/rref.h"
-#include "ctitan/train/lr_scheduler.h"
+#include "ctitan/components/lr_scheduler.h"
 
 namespace ctitan::ps {
 
 // What the server keeps of a trainer for checkpoints: its model without the embedding, its
-// optimizer (train::AdamW's keys, the embedding's moments included) and its lr_scheduler.
+// optimizer (components::AdamW's keys, the embedding's moments included) and its lr_scheduler.
 struct TrainerState {
   StateDict model, optimizer, lr_scheduler;
 };
@@ -82,7 +82,7 @@ class EmbeddingServer {
   PushStats stats_{"rpc_embed_latency"};
   std::unique_ptr<metrics::MetricsProcessor> metrics_;
   std::unique_ptr<checkpoint::CheckpointManager> checkpointer_;
-  std::unique_ptr<train::LrScheduler> schedule_;  // never stepped: the trainers' lr for the log, its state's shape
+  std::unique_ptr<components::LrScheduler> schedule_;  // never stepped: the trainers' lr for the log, its state's shape
   std::map<int, TrainerState> trainer_states_;  // by rank, from the checkpoint resumed (else empty)
   std::map<int, StateDict> loader_states_;      // by rank, after the last completed step
   int64_t step_ = 0;

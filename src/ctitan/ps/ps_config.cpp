@@ -16,9 +16,6 @@ int64_t microbatches_per_step(const config::JobConfig& config, int trainers) {
 
 PsLayout validate_ps_config(const config::JobConfig& config, int rank, int world_size) {
   const auto& ps = config.ps;
-  if (ps.mode != "gradients" && ps.mode != "dist_autograd") {
-    throw ConfigError(fmt::format("ps.mode must be gradients or dist_autograd (got '{}')", ps.mode));
-  }
   if (world_size < 2) {
     throw ConfigError(fmt::format("ctitan ps needs a server and at least one trainer (got world size {}): start it "
                                   "as ctitan run --nproc-per-node N ps ..., N >= 2", world_size));

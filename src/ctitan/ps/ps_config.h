@@ -15,7 +15,7 @@ struct PsLayout {
   bool is_server() const { return rank == 0; }
 };
 
-// One ConfigError line naming the key for: an unknown ps.mode, a world of fewer than 2 processes,
+// One ConfigError line naming the key for: a world of fewer than 2 processes,
 // ps.batch_size other than -1 or the trainer count, the training features ps does not run
 // (parallelism degrees, pipeline, a seed checkpoint, activation checkpointing, profiling,
 // gradient accumulation that does not divide).

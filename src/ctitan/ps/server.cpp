@@ -9,16 +9,16 @@
 #include "ctitan/ps/server_parts.h"
 #include "ctitan/rpc/state_dict_wire.h"
 #include "ctitan/rpc/api.h"
-#include "ctitan/train/grad_clip.h"
+#include "ctitan/components/grad_clip.h"
 
 namespace ctitan::ps {
 
 ParameterServer::ParameterServer(config::JobConfig config, PsLayout layout)
     : config_(std::move(config)), layout_(layout), model_(build_seeded_model(config_)) {
   const auto& o = config_.optimizer;
-  optimizer_ = std::make_unique<train::AdamW>(model_.named_params,
-                                              train::AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
-  lr_scheduler_ = std::make_unique<train::LrScheduler>(config_.lr_scheduler, config_.training.steps, o.lr);
+  optimizer_ = std::make_unique<components::AdamW>(model_.named_params,
+                                              components::AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
+  lr_scheduler_ = std::make_unique<components::LrScheduler>(config_.lr_scheduler, config_.training.steps, o.lr);
   // One rank writes the whole state: the trainers hold nothing a resumed run needs but their
   // dataloader positions, which arrive with every push.
   checkpointer_ = std::make_unique<checkpoint::CheckpointManager>(config_, checkpoint::local_coordinator(), nullptr,
@@ -106,7 +106,7 @@ torch::Tensor ParameterServer::update(const std::vector<Push>& pushes, int64_t t
   // gradient of the token-weighted mean, as `ctitan train` divides by the global batch's tokens.
   grads.div_(double(std::max<int64_t>(tokens, 1)));
   assign_grads(grads, model_.params);
-  auto grad_norm = train::clip_grad_norm(model_.params, config_.training.max_norm);
+  auto grad_norm = components::clip_grad_norm(model_.params, config_.training.max_norm);
   const float norm = grad_norm.item<float>();
   if (!std::isfinite(norm)) {
     throw std::runtime_error(fmt::format("ps: step {}: the gradient norm is {} (a non-finite loss or gradient): "

@@ -23,8 +23,8 @@
 #include "ctitan/ps/ps_config.h"
 #include "ctitan/ps/push_stats.h"
 #include "ctitan/rpc/future.h"
-#include "ctitan/train/adamw.h"
-#include "ctitan/train/lr_scheduler.h"
+#include "ctitan/components/adamw.h"
+#include "ctitan/components/lr_scheduler.h"
 
 namespace ctitan::ps {
 
@@ -56,8 +56,8 @@ class ParameterServer {
   config::JobConfig config_;
   PsLayout layout_;
   SeededModel model_;
-  std::unique_ptr<train::AdamW> optimizer_;
-  std::unique_ptr<train::LrScheduler> lr_scheduler_;
+  std::unique_ptr<components::AdamW> optimizer_;
+  std::unique_ptr<components::LrScheduler> lr_scheduler_;
   std::unique_ptr<metrics::MetricsProcessor> metrics_;
   // Shared with the liveness callbacks, which may run after a failed run() has returned.
   std::shared_ptr<GradientRound> round_;

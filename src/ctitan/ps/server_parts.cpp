@@ -11,8 +11,8 @@
 #include "ctitan/metrics/peak_flops.h"
 #include "ctitan/models/common/flops.h"
 #include "ctitan/rpc/api.h"
-#include "ctitan/train/autocast.h"
-#include "ctitan/train/loss.h"
+#include "ctitan/components/autocast.h"
+#include "ctitan/components/loss.h"
 
 namespace ctitan::ps {
 
@@ -111,10 +111,10 @@ void run_validation(const config::JobConfig& config, PsLayout layout, SeededMode
   int64_t tokens = 0;
   for (int64_t i = 0; i < v.steps; ++i) {
     auto batch = loader.next();  // inputs, labels: (trainers x B, T)
-    train::AutocastGuard autocast(config.training.mixed_precision_param == torch::kBFloat16, torch::kCPU);
+    components::AutocastGuard autocast(config.training.mixed_precision_param == torch::kBFloat16, torch::kCPU);
     auto logits = model.model->forward(batch.inputs);  // (trainers x B, T, vocab)
-    loss_sum += train::summed_cross_entropy(logits, batch.labels).item<double>();
-    tokens += train::count_valid_tokens(batch.labels).item<int64_t>();
+    loss_sum += components::summed_cross_entropy(logits, batch.labels).item<double>();
+    tokens += components::count_valid_tokens(batch.labels).item<int64_t>();
   }
   metrics.log_validation(step, loss_sum / double(std::max<int64_t>(tokens, 1)), tokens);
 }

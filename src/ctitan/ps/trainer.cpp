@@ -10,8 +10,8 @@
 #include "ctitan/rpc/state_dict_wire.h"
 #include "ctitan/rpc/api.h"
 #include "ctitan/rpc/errors.h"
-#include "ctitan/train/autocast.h"
-#include "ctitan/train/loss.h"
+#include "ctitan/components/autocast.h"
+#include "ctitan/components/loss.h"
 
 namespace ctitan::ps {
 
@@ -30,14 +30,14 @@ std::pair<double, int64_t> GradientTrainer::forward_backward() {
     auto batch = loader_->next();  // inputs, labels: (B, T) int64
     torch::Tensor loss;
     {
-      train::AutocastGuard autocast(bf16_, torch::kCPU);
+      components::AutocastGuard autocast(bf16_, torch::kCPU);
       auto logits = model_.model->forward(batch.inputs);  // (B, T, vocab)
       // Summed, not averaged: only the server knows the round's token count to divide by.
-      loss = train::summed_cross_entropy(logits, batch.labels);
+      loss = components::summed_cross_entropy(logits, batch.labels);
     }
     loss.backward();
     loss_sum += loss.detach();
-    tokens += train::count_valid_tokens(batch.labels).item<int64_t>();
+    tokens += components::count_valid_tokens(batch.labels).item<int64_t>();
   }
   return {loss_sum.item<double>(), tokens};
 }

@@ -11,7 +11,7 @@
 #include "ctitan/rpc/detail.h"
 #include "ctitan/rpc/registry.h"
 #include "ctitan/rpc/state_dict_wire.h"
-#include "ctitan/train/adamw.h"
+#include "ctitan/components/adamw.h"
 
 namespace ctitan::rpc {
 
@@ -50,14 +50,14 @@ class LocalOptimizer : public torch::CustomClassHolder {
   LocalOptimizer(const std::string& kind, std::vector<at::Tensor> params, const c10::Dict<std::string, double>& options)
       : params_(std::move(params)) {
     if (kind == "adamw") {
-      train::AdamWOptions o;
+      components::AdamWOptions o;
       if (options.contains("beta1")) o.beta1 = options.at("beta1");
       if (options.contains("beta2")) o.beta2 = options.at("beta2");
       if (options.contains("eps")) o.eps = options.at("eps");
       if (options.contains("weight_decay")) o.weight_decay = options.at("weight_decay");
       std::vector<std::pair<std::string, at::Tensor>> named;
       for (size_t i = 0; i < params_.size(); ++i) named.emplace_back(fmt::format("param{}", i), params_[i]);
-      adamw_ = std::make_unique<train::AdamW>(std::move(named), o);
+      adamw_ = std::make_unique<components::AdamW>(std::move(named), o);
     }
   }
 
@@ -140,7 +140,7 @@ class LocalOptimizer : public torch::CustomClassHolder {
 
   std::vector<at::Tensor> params_;
   std::vector<at::Tensor> accumulated_ = std::vector<at::Tensor>(params_.size());  // by parameter
-  std::unique_ptr<train::AdamW> adamw_;  // null for sgd
+  std::unique_ptr<components::AdamW> adamw_;  // null for sgd
 };
 
 }  // namespace

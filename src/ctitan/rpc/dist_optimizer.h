@@ -27,7 +27,7 @@ namespace ctitan::rpc {
 class DistributedOptimizer {
  public:
   // `optimizer`: "adamw" (ctitan's AdamW; option keys beta1, beta2, eps, weight_decay, with
-  // train::AdamWOptions' defaults) or "sgd" (plain p -= lr * grad; no options). Unknown names and
+  // components::AdamWOptions' defaults) or "sgd" (plain p -= lr * grad; no options). Unknown names and
   // option keys are InputErrors here; the owners check them again.
   DistributedOptimizer(const std::string& optimizer, const std::vector<RRef>& params,
                        const c10::Dict<std::string, double>& options = c10::Dict<std::string, double>());
@@ -50,7 +50,7 @@ class DistributedOptimizer {
   void step(double lr, double grad_scale = 1.0);
 
   // Every parameter's optimizer state, fetched from its owner, in the order of the constructor's
-  // `params`: "exp_avg", "exp_avg_sq" and "step" for adamw (train::AdamW's), nothing for sgd.
+  // `params`: "exp_avg", "exp_avg_sq" and "step" for adamw (components::AdamW's), nothing for sgd.
   // For checkpoints: PyTorch's DistributedOptimizer has none, which leaves a resumed run with
   // fresh moments on every owner.
   std::vector<StateDict> state_dict();

@@ -23,10 +23,10 @@
 #include "ctitan/metrics/peak_flops.h"
 #include "ctitan/metrics/profiler.h"
 #include "ctitan/models/common/flops.h"
-#include "ctitan/train/autocast.h"
+#include "ctitan/components/autocast.h"
 #include "ctitan/train/determinism.h"
-#include "ctitan/train/grad_clip.h"
-#include "ctitan/train/loss.h"
+#include "ctitan/components/grad_clip.h"
+#include "ctitan/components/loss.h"
 #include "ctitan/train/model_builder.h"
 
 namespace ctitan::train {
@@ -67,9 +67,9 @@ Trainer::Trainer(config::JobConfig config)
   setup_parallelism();
 
   const auto& o = config_.optimizer;
-  optimizer_ = std::make_unique<AdamW>(trained_parameters(), AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
+  optimizer_ = std::make_unique<components::AdamW>(trained_parameters(), components::AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
   grad_norm_groups_ = make_grad_norm_groups();  // the parameters are fixed from here on
-  lr_scheduler_ = std::make_unique<LrScheduler>(config_.lr_scheduler, t.steps, o.lr);
+  lr_scheduler_ = std::make_unique<components::LrScheduler>(config_.lr_scheduler, t.steps, o.lr);
 
   int64_t global_batch = t.global_batch_size > 0 ? t.global_batch_size : t.local_batch_size * dp_degree_;
   if (global_batch % (t.local_batch_size * dp_degree_) != 0) {
@@ -221,11 +221,11 @@ void Trainer::check_no_non_finite_step() const {
 
 torch::Tensor Trainer::summed_loss(const torch::Tensor& logits, const torch::Tensor& labels) const {
   if (tensor_parallel_ && tensor_parallel_->loss_parallel()) {
-    return tensor_parallel_->vocab_parallel_cross_entropy_sum(logits, labels, kIgnoreIndex);  // logits (B, T, V/tp)
+    return tensor_parallel_->vocab_parallel_cross_entropy_sum(logits, labels, components::kIgnoreIndex);  // logits (B, T, V/tp)
   }
   // Every caller drops the logits once it has the loss (training, validation, the pipeline's
   // last stage), so backward may write the gradient over them.
-  return summed_cross_entropy(logits, labels, ops::LogitsAfterLoss::kDiscarded);  // logits (B, T, V)
+  return components::summed_cross_entropy(logits, labels, ops::LogitsAfterLoss::kDiscarded);  // logits (B, T, V)
 }
 
 std::unique_ptr<data::PackedLoader> Trainer::make_loader(const std::string& path, const std::string& format,
@@ -258,7 +258,7 @@ StepResult Trainer::train_step(const std::vector<data::Batch>& microbatches) {
   auto [loss, rank_loss] = forward_backward(microbatches);
   // The norms' gradients came from this rank's sequence shard only: summed over tp they are whole.
   if (tensor_parallel_) tensor_parallel_->reduce_replicated_gradients(trained_parameters());
-  auto grad_norm = clip_grad_norm(optimizer_->params(), config_.training.max_norm, grad_norm_groups_);
+  auto grad_norm = components::clip_grad_norm(optimizer_->params(), config_.training.max_norm, grad_norm_groups_);
   stop_if_not_finite(grad_norm);
   // TP's collectives block inside forward and backward (and the norms' sum and the grad norm).
   if (tensor_parallel_) metrics_->add_comm_seconds(tensor_parallel_->take_exposed_comm_seconds());
@@ -279,7 +279,7 @@ std::pair<torch::Tensor, torch::Tensor> Trainer::forward_backward(const std::vec
   // so the accumulated gradient is the exact token-weighted mean (data parallelism will
   // all-reduce this count across ranks before the first microbatch).
   auto global_tokens = torch::zeros({}, torch::TensorOptions(torch::kLong).device(device_));
-  for (const auto& mb : microbatches) global_tokens += count_valid_tokens(mb.labels);
+  for (const auto& mb : microbatches) global_tokens += components::count_valid_tokens(mb.labels);
   const auto rank_tokens = global_tokens.clone();
   if (dp_group_) {
     auto start = std::chrono::steady_clock::now();
@@ -302,7 +302,7 @@ std::pair<torch::Tensor, torch::Tensor> Trainer::forward_backward(const std::vec
     if (data_parallel_) data_parallel_->set_requires_gradient_sync(sync);
     torch::Tensor loss;
     {
-      AutocastGuard autocast(bf16_, device_.type());
+      components::AutocastGuard autocast(bf16_, device_.type());
       auto logits = model_->forward(mb.inputs);  // (B, T, vocab)
       loss = summed_loss(logits, mb.labels) / denominator;
     }
@@ -390,11 +390,11 @@ double Trainer::validate() {
       // Stages forward the batch in turn; only the last stage's ranks hold a loss, summed over pp below.
       loss_sum += pipeline_->evaluate(batch.inputs.to(device_), batch.labels.to(device_)).item<double>();
     } else {
-      AutocastGuard autocast(bf16_, device_.type());
+      components::AutocastGuard autocast(bf16_, device_.type());
       auto logits = model_->forward(batch.inputs.to(device_));
       loss_sum += summed_loss(logits, batch.labels.to(device_)).item<double>();
     }
-    tokens += count_valid_tokens(batch.labels).item<int64_t>();
+    tokens += components::count_valid_tokens(batch.labels).item<int64_t>();
   }
   if (pipeline_) {
     auto total = torch::tensor(loss_sum, torch::kDouble);

@@ -19,10 +19,10 @@
 #include "ctitan/distributed/init_distributed.h"
 #include "ctitan/metrics/metrics_processor.h"
 #include "ctitan/models/common/transformer.h"
-#include "ctitan/train/adamw.h"
-#include "ctitan/train/grad_clip.h"
+#include "ctitan/components/adamw.h"
+#include "ctitan/components/grad_clip.h"
 #include "ctitan/train/housekeeping.h"
-#include "ctitan/train/lr_scheduler.h"
+#include "ctitan/components/lr_scheduler.h"
 #include "ctitan/parallel/data_parallel.h"
 #include "ctitan/parallel/pipeline/runtime.h"
 #include "ctitan/parallel/tp/tensor_parallel.h"
@@ -56,8 +56,8 @@ class Trainer {
 
   models::TransformerImpl& model() { return *model_; }
   torch::Device device() const { return device_; }  // cuda:LOCAL_RANK or the CPU (training.device)
-  AdamW& optimizer() { return *optimizer_; }
-  LrScheduler& lr_scheduler() { return *lr_scheduler_; }
+  components::AdamW& optimizer() { return *optimizer_; }
+  components::LrScheduler& lr_scheduler() { return *lr_scheduler_; }
   data::PackedLoader& dataloader() { return *dataloader_; }
   int64_t step() const { return step_; }
   int64_t dp_rank() const { return dp_rank_; }
@@ -98,7 +98,7 @@ class Trainer {
   torch::Tensor summed_loss(const torch::Tensor& logits, const torch::Tensor& labels) const;
   // The gradient-norm groups for clipping: the FSDP shard group, and TP's group and replicated
   // parameters (by index in trained_parameters()).
-  GradNormGroups make_grad_norm_groups() const;
+  components::GradNormGroups make_grad_norm_groups() const;
   // The parameters the optimizer steps on: the model's own, or FSDP's fp32 shards.
   std::vector<std::pair<std::string, torch::Tensor>> trained_parameters() const;
   // comm.link_gbytes_per_s, or an all-gather measured now over the dp group (collective).
@@ -128,9 +128,9 @@ class Trainer {
   std::unique_ptr<parallel::DataParallel> data_parallel_;
   std::shared_ptr<distributed::Communicator> shard_group_;  // FSDP's dp_shard group, else null
   bool sync_every_microbatch_ = false;  // FSDP's fsdp_gradient_sync = every_microbatch
-  std::unique_ptr<AdamW> optimizer_;
-  GradNormGroups grad_norm_groups_;  // made once, after parallelism is applied
-  std::unique_ptr<LrScheduler> lr_scheduler_;
+  std::unique_ptr<components::AdamW> optimizer_;
+  components::GradNormGroups grad_norm_groups_;  // made once, after parallelism is applied
+  std::unique_ptr<components::LrScheduler> lr_scheduler_;
   std::unique_ptr<data::PackedLoader> dataloader_;
   std::unique_ptr<metrics::MetricsProcessor> metrics_;
   std::unique_ptr<Housekeeper> housekeeper_;

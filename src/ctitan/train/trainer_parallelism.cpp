@@ -11,7 +11,7 @@
 #include "ctitan/parallel/ddp.h"
 #include "ctitan/parallel/fsdp_plan.h"
 #include "ctitan/parallel/pipeline/pipeline_parallel.h"
-#include "ctitan/train/autocast.h"
+#include "ctitan/components/autocast.h"
 #include "ctitan/train/trainer.h"
 
 namespace ctitan::train {
@@ -125,11 +125,11 @@ void Trainer::setup_pipeline() {
                                             dtype, device_};
   parallel::pipeline::StageFunctions functions{
       [this](int stage, const torch::Tensor& input) {
-        AutocastGuard autocast(bf16_, device_.type());
+        components::AutocastGuard autocast(bf16_, device_.type());
         return stage_models_.at(stage)->forward(input);
       },
       [this](const torch::Tensor& logits, const torch::Tensor& labels) {
-        AutocastGuard autocast(bf16_, device_.type());
+        components::AutocastGuard autocast(bf16_, device_.type());
         return summed_loss(logits, labels);
       },
       // FSDP or DDP (applied after this, per stage): one reduction per step, after the stage's
@@ -145,8 +145,8 @@ void Trainer::setup_pipeline() {
                                                                     std::move(functions));
 }
 
-GradNormGroups Trainer::make_grad_norm_groups() const {
-  GradNormGroups groups{shard_group_.get(), nullptr, {}};
+components::GradNormGroups Trainer::make_grad_norm_groups() const {
+  components::GradNormGroups groups{shard_group_.get(), nullptr, {}};
   if (pipeline_) groups.pp = dist_->mesh->group("pp").get();
   if (tensor_parallel_) {
     groups.tp = &tensor_parallel_->group();

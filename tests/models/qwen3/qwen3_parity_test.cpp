@@ -6,6 +6,8 @@
 // factor of the group size if summed twice or not at all.
 #include <gtest/gtest.h>
 
+#include <iostream>
+
 #include "support/parity.h"
 #include "support/test_support.h"
 #include "support/tiny_job.h"
@@ -70,6 +72,26 @@ TEST(CliQwen3Parity, TiedFsdp2ByAsyncTp2MatchesOneProcess) {
                 concat(kTied, concat(degrees(1, 2, 2), {"--training.local_batch_size", "2",
                                                         "--parallelism.enable_async_tensor_parallel", "true"})),
                 kTiedBatch4);
+}
+
+// Checkpoints of sharded Qwen3s (QK-norm weights sharded by FSDP, whole under TP; a tied
+// embedding sharded once) export to HF as one process's do: the step-4 checkpoints of both runs,
+// read back by the safetensors library, differ only by the runs' summation order.
+TEST(CliQwen3Parity, ShardedCheckpointsExportAsOneProcess) {
+  const std::vector<std::string> save = {"--training.steps", "4", "--checkpoint.enable", "true", "--checkpoint.interval",
+                                         "4"};
+  auto fsdp_tp = testing::compare_hf_exports(
+      4, concat(degrees(1, 2, 2), {"--training.local_batch_size", "2"}), concat(kBatch4, save));
+  std::cout << "Qwen3 HF export of FSDP(2)xTP(2) vs 1 process after 4 steps: " << fsdp_tp.tensors
+            << " tensors, max relative difference " << fsdp_tp.worst << "\n";
+  EXPECT_EQ(fsdp_tp.tensors, 3 + 2 * 11);  // embed, lm_head, final norm; 11 per layer with the QK-norms
+  EXPECT_LT(fsdp_tp.worst, 1e-4);
+  auto tied = testing::compare_hf_exports(2, concat(degrees(1, 2), {"--training.local_batch_size", "2"}),
+                                          concat(kTiedBatch4, save));
+  std::cout << "tied Qwen3 HF export of FSDP(2) vs 1 process after 4 steps: " << tied.tensors
+            << " tensors, max relative difference " << tied.worst << "\n";
+  EXPECT_EQ(tied.tensors, 2 + 2 * 11);  // no lm_head
+  EXPECT_LT(tied.worst, 1e-4);
 }
 
 // Under PP the embedding and the head are on different stages: one line naming the flavor,

@@ -8,7 +8,7 @@
 #include "ctitan/parallel/pipeline/runtime.h"
 #include "ctitan/parallel/pipeline/stage_model.h"
 #include "ctitan/parallel/pipeline/stage_split.h"
-#include "ctitan/train/loss.h"
+#include "ctitan/components/loss.h"
 #include "support/thread_ranks.h"
 
 namespace ctitan::parallel::pipeline {
@@ -44,10 +44,10 @@ struct Reference {
 // One process: the same microbatches in order, each loss = summed CE / all valid tokens.
 Reference one_process(const ModelArgs& args, const torch::Tensor& inputs, const torch::Tensor& labels, int64_t rows) {
   auto model = seeded_model(args);
-  auto denominator = train::count_valid_tokens(labels).to(torch::kFloat);
+  auto denominator = components::count_valid_tokens(labels).to(torch::kFloat);
   auto loss_sum = torch::zeros({});
   for (int64_t row = 0; row < inputs.size(0); row += rows) {
-    auto loss = train::summed_cross_entropy(model->forward(inputs.narrow(0, row, rows)), labels.narrow(0, row, rows)) /
+    auto loss = components::summed_cross_entropy(model->forward(inputs.narrow(0, row, rows)), labels.narrow(0, row, rows)) /
                 denominator;
     loss.backward();
     loss_sum += loss.detach();
@@ -63,7 +63,7 @@ void expect_pipeline_equals_one_process(const std::string& schedule, int local_b
   torch::manual_seed(11);
   auto inputs = torch::randint(args.vocab_size, {local_batch, T}, torch::kLong);
   auto labels = torch::randint(args.vocab_size, {local_batch, T}, torch::kLong);
-  labels[0][3] = train::kIgnoreIndex;  // the denominator counts valid tokens only
+  labels[0][3] = components::kIgnoreIndex;  // the denominator counts valid tokens only
   auto reference = one_process(args, inputs, labels, microbatch_size);
 
   auto plan = plan_pipeline({int(args.n_layers), 2, schedule, local_batch, microbatch_size});
@@ -80,10 +80,10 @@ void expect_pipeline_equals_one_process(const std::string& schedule, int local_b
     auto group = distributed::Communicator::create(store, "pp", rank, 2, std::chrono::seconds(60), "127.0.0.1");
     StageFunctions functions{[&](int stage, const torch::Tensor& x) { return stages.at(size_t(stage))->forward(x); },
                              [](const torch::Tensor& logits, const torch::Tensor& y) {
-                               return train::summed_cross_entropy(logits, y);
+                               return components::summed_cross_entropy(logits, y);
                              }};
     PipelineRuntime runtime(plan.shape, plan.kind, rank, group, {{microbatch_size, T, args.dim}}, functions);
-    auto denominator = train::count_valid_tokens(labels).to(torch::kFloat);
+    auto denominator = components::count_valid_tokens(labels).to(torch::kFloat);
     losses[size_t(rank)] = runtime.run(inputs, labels, denominator);
   });
   ASSERT_EQ(testing::rank_errors(errors), "");

@@ -1,9 +1,9 @@
-#include "ctitan/train/lr_scheduler.h"
+#include "ctitan/components/lr_scheduler.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace ctitan::train {
+namespace ctitan::components {
 
 LrScheduler::LrScheduler(const config::LrScheduler& c, int64_t training_steps, double peak_lr)
     : warmup_steps_(c.warmup_steps), decay_type_(c.decay_type), min_lr_factor_(c.min_lr_factor),
@@ -38,4 +38,4 @@ void LrScheduler::load_state_dict(const StateDict& state) {
   steps_done_ = require_state(state, "steps_done").item<int64_t>();
 }
 
-}  // namespace ctitan::train
+}  // namespace ctitan::components

@@ -1,11 +1,11 @@
-#include "ctitan/train/adamw.h"
+#include "ctitan/components/adamw.h"
 
 #include <cmath>
 
 #include "ctitan/ops/adamw_update.h"
 #include "ctitan/ops/fusion_switch.h"
 
-namespace ctitan::train {
+namespace ctitan::components {
 
 AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> named_params, AdamWOptions options)
     : options_(options) {
@@ -72,4 +72,4 @@ void AdamW::load_state_dict(const StateDict& state) {
   }
 }
 
-}  // namespace ctitan::train
+}  // namespace ctitan::components

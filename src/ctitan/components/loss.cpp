@@ -1,8 +1,8 @@
-#include "ctitan/train/loss.h"
+#include "ctitan/components/loss.h"
 
 #include "ctitan/ops/cross_entropy.h"
 
-namespace ctitan::train {
+namespace ctitan::components {
 
 torch::Tensor summed_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels,
                                    ops::LogitsAfterLoss after) {
@@ -12,4 +12,4 @@ torch::Tensor summed_cross_entropy(const torch::Tensor& logits, const torch::Ten
 
 torch::Tensor count_valid_tokens(const torch::Tensor& labels) { return (labels != kIgnoreIndex).sum(); }
 
-}  // namespace ctitan::train
+}  // namespace ctitan::components

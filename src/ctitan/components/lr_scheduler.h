@@ -7,7 +7,7 @@
 #include "ctitan/common/state_dict.h"
 #include "ctitan/config/job_config.h"
 
-namespace ctitan::train {
+namespace ctitan::components {
 
 class LrScheduler {
  public:
@@ -28,4 +28,4 @@ class LrScheduler {
   int64_t steps_done_ = 0;
 };
 
-}  // namespace ctitan::train
+}  // namespace ctitan::components

@@ -7,7 +7,7 @@ namespace ctitan::distributed {
 class Communicator;
 }
 
-namespace ctitan::train {
+namespace ctitan::components {
 
 // How the gradients are spread over the mesh, so the norm counts each element of the whole
 // gradient exactly once.
@@ -35,4 +35,4 @@ torch::Tensor grad_l2_norm(const std::vector<torch::Tensor>& params, const GradN
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
                              const GradNormGroups& groups = {});
 
-}  // namespace ctitan::train
+}  // namespace ctitan::components

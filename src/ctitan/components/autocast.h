@@ -4,7 +4,7 @@
 // run in bf16; the fp32 master weights are untouched.
 #include <ATen/autocast_mode.h>
 
-namespace ctitan::train {
+namespace ctitan::components {
 
 class AutocastGuard {
  public:
@@ -34,4 +34,4 @@ class AutocastGuard {
   at::ScalarType previous_dtype_ = at::kBFloat16;
 };
 
-}  // namespace ctitan::train
+}  // namespace ctitan::components

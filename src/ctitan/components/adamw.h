@@ -8,7 +8,7 @@
 
 #include "ctitan/common/state_dict.h"
 
-namespace ctitan::train {
+namespace ctitan::components {
 
 struct AdamWOptions {
   double lr = 8e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
@@ -41,4 +41,4 @@ class AdamW {
   AdamWOptions options_;
 };
 
-}  // namespace ctitan::train
+}  // namespace ctitan::components

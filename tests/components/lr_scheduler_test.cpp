@@ -1,10 +1,10 @@
-#include "ctitan/train/lr_scheduler.h"
+#include "ctitan/components/lr_scheduler.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-namespace ctitan::train {
+namespace ctitan::components {
 namespace {
 
 config::LrScheduler schedule(int64_t warmup, double decay_ratio, config::DecayType type, double min_factor) {
@@ -62,4 +62,4 @@ TEST(LrScheduler, StepAndStateRoundTrip) {
 }
 
 }  // namespace
-}  // namespace ctitan::train
+}  // namespace ctitan::components

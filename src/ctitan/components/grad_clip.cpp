@@ -1,11 +1,11 @@
-#include "ctitan/train/grad_clip.h"
+#include "ctitan/components/grad_clip.h"
 
 #include <cmath>
 
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/ops/sum_of_squares.h"
 
-namespace ctitan::train {
+namespace ctitan::components {
 
 namespace {
 
@@ -63,4 +63,4 @@ torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double ma
   return norm;
 }
 
-}  // namespace ctitan::train
+}  // namespace ctitan::components

@@ -3,7 +3,7 @@
 
 #include "ctitan/ops/cross_entropy.h"
 
-namespace ctitan::train {
+namespace ctitan::components {
 
 constexpr int64_t kIgnoreIndex = -100;
 
@@ -18,4 +18,4 @@ torch::Tensor summed_cross_entropy(const torch::Tensor& logits, const torch::Ten
 // Number of labels that are not kIgnoreIndex, as a 0-d int64 tensor.
 torch::Tensor count_valid_tokens(const torch::Tensor& labels);
 
-}  // namespace ctitan::train
+}  // namespace ctitan::components
