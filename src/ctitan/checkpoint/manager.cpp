@@ -3,6 +3,7 @@
 #include <torch/cuda.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -61,13 +62,29 @@ CheckpointManager::~CheckpointManager() {
 }
 
 std::string CheckpointManager::try_load(const std::filesystem::path& step_dir, PartStates& state,
-                                        const PartLayouts& layouts, bool model_only) {
+                                        const PartLayouts& layouts, bool model_only, int64_t expected_step) {
+  std::string model_diff;  // how the saving job's [model] differs from this one's, for errors
   try {
     CheckpointReader reader(step_dir);
     const auto& m = reader.metadata();
-    if (m.config_hash != config_hash(config_toml_) && place_.rank == 0) {
-      spdlog::info("checkpoint {} was saved with another config (hash {}, now {})", step_dir.string(),
-                   m.config_hash, config_hash(config_toml_));
+    if (expected_step >= 0 && m.step != expected_step) {
+      return fmt::format("checkpoint error: {} says it is step {}, not {}", step_dir.string(), m.step, expected_step);
+    }
+    if (m.config_hash != config_hash(config_toml_)) {
+      if (place_.rank == 0) {
+        spdlog::info("checkpoint {} was saved with another config (hash {}, now {})", step_dir.string(),
+                     m.config_hash, config_hash(config_toml_));
+      }
+      model_diff = saved_model_differences(m.config_toml);
+    }
+    // Loading reads the tensors this job's model has; one the checkpoint has beyond them (more
+    // layers, another family's parameters) would be dropped silently, and the next save would
+    // hold the smaller model.
+    for (const auto& key : model_keys_.empty() ? std::vector<std::string>{} : reader.keys("model")) {
+      if (!model_keys_.count(key)) {
+        return fmt::format("checkpoint error: {} holds model/{}, which this job's model does not have{}",
+                           step_dir.string(), key, model_diff);
+      }
     }
     std::set<std::string> parts;
     for (const auto& [part, dict] : state) {
@@ -76,8 +93,20 @@ std::string CheckpointManager::try_load(const std::filesystem::path& step_dir, P
     load_into(reader, state, layouts, place_, parts);
     return "";
   } catch (const std::exception& e) {
-    return e.what();
+    return e.what() + model_diff;
   }
+}
+
+std::string CheckpointManager::saved_model_differences(const std::string& saved_toml) const {
+  config::JobConfig saved;
+  try {
+    saved = config::parse_job_config(saved_toml, "checkpoint metadata");
+  } catch (const std::exception&) {
+    return "";  // an older config this build cannot read: the error says enough without it
+  }
+  auto differences = config::section_differences(saved, config_, "model");
+  if (differences.empty()) return "";
+  return "; the checkpoint's job had " + fmt::format("{}", fmt::join(differences, ", "));
 }
 
 bool CheckpointManager::load(PartStates& state, const PartLayouts& layouts) {
@@ -103,7 +132,7 @@ bool CheckpointManager::load(PartStates& state, const PartLayouts& layouts) {
         if (place_.rank == 0) spdlog::info("skipping {}: a model-only export cannot resume training", dir.string());
         continue;
       }
-      auto error = join_rank_errors(coordinator_->all_gather(try_load(dir, state, layouts, false)));
+      auto error = join_rank_errors(coordinator_->all_gather(try_load(dir, state, layouts, false, step)));
       if (error.empty()) {
         spdlog::info("resumed from checkpoint {}", dir.string());
         if (c.keep_best) resume_best(step);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "ctitan/checkpoint/async_saver.h"
@@ -71,6 +72,9 @@ class CheckpointManager {
   // Runs on the training thread before every save, e.g. to put the metrics logged so far on disk
   // before the checkpoint that covers their steps commits.
   void set_before_save(std::function<void()> hook) { before_save_ = std::move(hook); }
+  // Every parameter FQN of the job's whole model (all stages). A checkpoint whose model holds
+  // others (say more layers) is refused rather than loaded partly; unset: not checked.
+  void expect_model_keys(std::set<std::string> keys) { model_keys_ = std::move(keys); }
   // The timeout of the ranks' plan and result exchanges (comm.train_timeout_seconds after step 1).
   void set_timeout(std::chrono::milliseconds timeout) { coordinator_->set_timeout(timeout); }
 
@@ -78,8 +82,13 @@ class CheckpointManager {
   std::string save(int64_t step, PartStates state, const PartLayouts& layouts, bool model_only);
 
  private:
+  // "" or the one-line reason `step_dir` cannot be loaded; `expected_step` (>= 0) is the step its
+  // folder name says, which its metadata must agree with.
   std::string try_load(const std::filesystem::path& step_dir, PartStates& state, const PartLayouts& layouts,
-                       bool model_only);
+                       bool model_only, int64_t expected_step = -1);
+  // "; the checkpoint's job had model.n_layers = 8 (this job: 6), ..." for the [model] keys
+  // whose values differ, or "".
+  std::string saved_model_differences(const std::string& saved_toml) const;
   bool any_rank_stopping();
   bool save_due(int64_t step, bool last) const;
   BestCheckpoint committed_best() const;
@@ -89,6 +98,7 @@ class CheckpointManager {
 
   config::JobConfig config_;
   std::string config_toml_;
+  std::set<std::string> model_keys_;
   std::shared_ptr<Coordinator> coordinator_;
   std::shared_ptr<distributed::Communicator> world_;
   RankPlace place_;

@@ -23,6 +23,7 @@
 #include "ctitan/metrics/peak_flops.h"
 #include "ctitan/metrics/profiler.h"
 #include "ctitan/models/common/flops.h"
+#include "ctitan/models/common/parameter_shapes.h"
 #include "ctitan/components/autocast.h"
 #include "ctitan/train/determinism.h"
 #include "ctitan/components/grad_clip.h"
@@ -88,8 +89,17 @@ Trainer::Trainer(config::JobConfig config)
       dist_ ? dist_->world : nullptr,
       checkpoint::RankPlace{dist_ ? dist_->env.rank : 0, dist_ ? dist_->env.world_size : 1, int(dp_rank_),
                             int(dp_degree_)});
+  std::set<std::string> model_keys;  // the whole model's, whatever this rank's stage holds
+  for (const auto& [fqn, shape] : models::parameter_shapes(args)) model_keys.insert(fqn);
+  checkpointer_->expect_model_keys(std::move(model_keys));
   auto state = state_dicts();
   if (checkpointer_->load(state, shard_layouts())) load_state_dicts(state);
+  if (step_ > t.steps) {
+    // Resuming would log "steps 7 .. 3", train nothing and exit 0 as if the job were done.
+    throw ConfigError(fmt::format("training.steps {} ends before the checkpoint's step {} (in {}): raise "
+                                  "training.steps to continue it, or give another checkpoint.folder",
+                                  t.steps, step_, config_.checkpoint.folder));
+  }
 
   // Under PP the loss is summed over pp as well: ranks without the last stage add an exact 0, so
   // rank 0 logs the real loss (torchtitan's first stage logs -1).
