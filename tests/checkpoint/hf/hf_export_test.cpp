@@ -8,12 +8,12 @@
 #include <set>
 
 #include "ctitan/checkpoint/hf/hf_config.h"
-#include "ctitan/models/common/parameter_shapes.h"
 #include "ctitan/checkpoint/hf/hf_import.h"
 #include "ctitan/checkpoint/hf/hf_names.h"
 #include "ctitan/checkpoint/hf/safetensors.h"
 #include "ctitan/common/error.h"
 #include "ctitan/data/tokenizer.h"
+#include "ctitan/models/common/parameter_shapes.h"
 #include "ctitan/models/common/transformer.h"
 #include "support/test_support.h"
 
@@ -194,6 +194,24 @@ TEST(HfExport, BadInputsAreOneLineErrors) {
 
   export_hf(state, args, {}, dir.path() / "hf2");
   auto config = nlohmann::json::parse(testing::read_file((dir.path() / "hf2" / "config.json").string()));
+  // Another architecture's config is refused by name, not loaded as a Llama.
+  auto other = config;
+  other["model_type"] = "mistral";
+  testing::write_file((dir.path() / "hf2" / "config.json").string(), other.dump());
+  EXPECT_NE(error_of([&] { import_hf(dir.path() / "hf2"); }).find("model_type \"mistral\" is not one ctitan builds (known: llama, qwen3)"),
+            std::string::npos);
+  testing::write_file((dir.path() / "hf2" / "config.json").string(), config.dump());
+  {
+    // An integer-typed lm_head would be cast on load and used as weights.
+    const auto weights = dir.path() / "hf2" / "model.safetensors";
+    auto file = load_safetensors(weights);
+    auto original = file.tensors;
+    file.tensors["lm_head.weight"] = file.tensors["lm_head.weight"].to(torch::kLong);
+    save_safetensors(weights, file.tensors);
+    EXPECT_NE(error_of([&] { import_hf(dir.path() / "hf2"); }).find("tensor 'lm_head.weight' is Long, not a floating-point weight"),
+              std::string::npos);
+    save_safetensors(weights, original);
+  }
   // 8 heads of the written head_dim need twice the query rows the tensors have.
   config["num_attention_heads"] = 8;
   testing::write_file((dir.path() / "hf2" / "config.json").string(), config.dump());

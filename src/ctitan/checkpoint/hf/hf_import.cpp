@@ -81,6 +81,12 @@ HfModel import_hf(const fs::path& dir) {
     for (auto& [hf_name, t] : load_safetensors(file).tensors) {
       // Older HF checkpoints store the rotary table as a buffer; it is recomputed, not loaded.
       if (hf_name.find("rotary_emb.inv_freq") != std::string::npos) continue;
+      // Weights are floating point; an integer or boolean tensor would be cast on load and
+      // computed with as if it were one.
+      if (!c10::isFloatingType(t.scalar_type())) {
+        throw InputError(fmt::format("{}: tensor '{}' is {}, not a floating-point weight", file.string(), hf_name,
+                                     c10::toString(t.scalar_type())));
+      }
       if (!result.model.emplace(from_hf_name(hf_name, file.string()), t).second) {
         throw InputError(fmt::format("{}: tensor '{}' appears in more than one shard", file.string(), hf_name));
       }
