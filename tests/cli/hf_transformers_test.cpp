@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <set>
 #include <tuple>
@@ -32,6 +33,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::RunResult;
 using testing::TempDir;
+using testing::concat;
 using testing::run_ctitan;
 
 const char* kNoTransformersPython = "no venv Python (CTITAN_PYTHON is empty): transformers is the reference";
@@ -133,19 +135,22 @@ struct TrainedExport {
   models::ModelArgs args;
   fs::path hf;
 };
+// Trains the job `config_for(dir)` describes and exports it in fp32 with the library.
+std::unique_ptr<TrainedExport> train_and_export(const std::function<config::JobConfig(const std::string&)>& config_for) {
+  auto t = std::make_unique<TrainedExport>();
+  train::Trainer trainer(config_for(t->dir.path()));
+  trainer.train();
+  auto states = trainer.state_dicts();  // by value: a range-for over .at() of the temporary would dangle
+  for (const auto& [k, v] : states.at("model")) t->state[k] = v.detach().clone();
+  t->args = trainer.model().args();
+  t->hf = t->dir.path() / "hf";
+  checkpoint::hf::export_hf(t->state, t->args, {}, t->hf);
+  return t;
+}
+
 const TrainedExport& trained() {
   // Destroyed at exit, which removes its directory.
-  static const std::unique_ptr<TrainedExport> t = [] {
-    auto t = std::make_unique<TrainedExport>();
-    train::Trainer trainer(testing::tiny_job_config(t->dir.path()));
-    trainer.train();
-    auto states = trainer.state_dicts();  // by value: a range-for over .at() of the temporary would dangle
-    for (const auto& [k, v] : states.at("model")) t->state[k] = v.detach().clone();
-    t->args = trainer.model().args();
-    t->hf = t->dir.path() / "hf";
-    checkpoint::hf::export_hf(t->state, t->args, {}, t->hf);
-    return t;
-  }();
+  static const auto t = train_and_export([](const std::string& dir) { return testing::tiny_job_config(dir); });
   return *t;
 }
 
@@ -244,35 +249,49 @@ TEST(CliHfTransformers, LegacyConfigGqaModelImportsWithSameLogits) {
 
 // (c, tied) tie_word_embeddings: save_pretrained writes no lm_head.weight; the import must reuse
 // the embeddings as the head.
-TEST(CliHfTransformers, TiedEmbeddingsModelImportsWithSameLogits) {
-  if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
+// save-random with `save_args` and --tie: a checkpoint without lm_head.weight, imported.
+void expect_tied_import_matches(const std::vector<std::string>& save_args, const std::string& label) {
   TempDir work;
   auto saved = work.path() / "saved";
-  auto save = reference(work, "save", {"save-random", "--dir", saved.string(), "--legacy-config", "--tie", "--seed", "1"});
+  auto save = reference(work, "save", concat({"save-random", "--dir", saved.string(), "--tie"}, save_args));
   ASSERT_FALSE(save.is_null());
   auto names = save["saved_tensors"].get<std::vector<std::string>>();
   ASSERT_EQ(std::count(names.begin(), names.end(), "lm_head.weight"), 0) << "not a tied checkpoint; the test checks nothing";
-  expect_imported_logits_match(work, saved, "tied GQA");
+  expect_imported_logits_match(work, saved, label);
+}
+
+TEST(CliHfTransformers, TiedEmbeddingsModelImportsWithSameLogits) {
+  if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
+  expect_tied_import_matches({"--legacy-config", "--seed", "1"}, "tied GQA");
 }
 
 // (c, CLI) `ctitan checkpoint import` into a step directory, then `ctitan generate` from it,
 // against transformers' greedy ids on the original HF directory.
+// save-random with `save_args` into work/saved, `ctitan checkpoint import` into work/step-0, then
+// `ctitan generate` from the step directory against transformers' greedy ids on the HF directory.
+// Returns the greedy reference (its "config" is what transformers read), or null on failure.
+nlohmann::json expect_import_then_generate_matches(const TempDir& work, const std::vector<std::string>& save_args,
+                                                   const std::string& label) {
+  auto saved = work.path() / "saved", step = work.path() / "step-0";
+  if (reference(work, "save", concat({"save-random", "--dir", saved.string()}, save_args)).is_null()) return nullptr;
+  auto imp = run_ctitan({"checkpoint", "import", "--input", saved.string(), "--output", step.string()});
+  EXPECT_EQ(imp.exit_code, 0) << imp.output;
+  if (imp.exit_code != 0) return nullptr;
+  const std::string prompt = "5,77,140,3,250";
+  auto ref = reference(work, "greedy", {"greedy", "--model", saved.string(), "--ids", prompt, "--n", "16"});
+  if (ref.is_null()) return nullptr;
+  auto ours = transformers_json_result(run_ctitan({"generate", "--checkpoint", step.string(), "--prompt-ids", prompt,
+                                      "--max-new-tokens", "16", "--temperature", "0", "--json"}));
+  expect_same_greedy_ids(ours, ref["runs"][0], label);
+  return ref;
+}
+
 TEST(CliHfTransformers, CheckpointImportThenGenerateMatchesTransformers) {
   if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
   TempDir work;
-  auto saved = work.path() / "saved";
-  ASSERT_FALSE(reference(work, "save", {"save-random", "--dir", saved.string(), "--legacy-config", "--seed", "2"})
-                   .is_null());
-  auto step = work.path() / "step-0";
-  auto imp = run_ctitan({"checkpoint", "import", "--input", saved.string(), "--output", step.string()});
-  ASSERT_EQ(imp.exit_code, 0) << imp.output;
-
-  const std::string prompt = "5,77,140,3,250";
-  auto ref = reference(work, "greedy", {"greedy", "--model", saved.string(), "--ids", prompt, "--n", "16"});
+  auto ref = expect_import_then_generate_matches(work, {"--legacy-config", "--seed", "2"}, "imported step dir");
   ASSERT_FALSE(ref.is_null());
-  auto ours = transformers_json_result(run_ctitan({"generate", "--checkpoint", step.string(), "--prompt-ids", prompt,
-                                      "--max-new-tokens", "16", "--temperature", "0", "--json"}));
-  expect_same_greedy_ids(ours, ref["runs"][0], "imported step dir");
+  auto saved = work.path() / "saved", step = work.path() / "step-0";
 
   // Diagnosis. The weights: the step directory holds exactly what the library import reads.
   auto hf = checkpoint::hf::import_hf(saved);
@@ -372,17 +391,7 @@ config::JobConfig tiny_qwen3_job(const std::string& dir) {
 }
 
 const TrainedExport& trained_qwen3() {
-  static const std::unique_ptr<TrainedExport> t = [] {
-    auto t = std::make_unique<TrainedExport>();
-    train::Trainer trainer(tiny_qwen3_job(t->dir.path()));
-    trainer.train();
-    auto states = trainer.state_dicts();
-    for (const auto& [k, v] : states.at("model")) t->state[k] = v.detach().clone();
-    t->args = trainer.model().args();
-    t->hf = t->dir.path() / "hf";
-    checkpoint::hf::export_hf(t->state, t->args, {}, t->hf);
-    return t;
-  }();
+  static const auto t = train_and_export(tiny_qwen3_job);
   return *t;
 }
 
@@ -482,14 +491,7 @@ TEST(CliHfTransformers, TransformersSavedQwen3ImportsWithSameLogits) {
 // (c, tied, Qwen3) Qwen3-0.6B's layout: tie_word_embeddings, no lm_head.weight in the files.
 TEST(CliHfTransformers, TiedQwen3ImportsWithSameLogits) {
   if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
-  TempDir work;
-  auto saved = work.path() / "saved";
-  auto save = reference(work, "save", {"save-random", "--family", "qwen3", "--dir", saved.string(), "--head-dim", "32",
-                                       "--tie", "--seed", "4"});
-  ASSERT_FALSE(save.is_null());
-  auto names = save["saved_tensors"].get<std::vector<std::string>>();
-  ASSERT_EQ(std::count(names.begin(), names.end(), "lm_head.weight"), 0) << "not a tied checkpoint; the test checks nothing";
-  expect_imported_logits_match(work, saved, "tied Qwen3");
+  expect_tied_import_matches({"--family", "qwen3", "--head-dim", "32", "--seed", "4"}, "tied Qwen3");
 }
 
 // (c, CLI, Qwen3) `checkpoint import` writes a job config that rebuilds the Qwen3 (model.name,
@@ -497,23 +499,12 @@ TEST(CliHfTransformers, TiedQwen3ImportsWithSameLogits) {
 TEST(CliHfTransformers, Qwen3CheckpointImportThenGenerateMatchesTransformers) {
   if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
   TempDir work;
-  auto saved = work.path() / "saved";
-  ASSERT_FALSE(reference(work, "save", {"save-random", "--family", "qwen3", "--dir", saved.string(), "--head-dim", "32",
-                                        "--seed", "5"})
+  ASSERT_FALSE(expect_import_then_generate_matches(work, {"--family", "qwen3", "--head-dim", "32", "--seed", "5"},
+                                                   "imported Qwen3 step dir")
                    .is_null());
-  auto step = work.path() / "step-0";
-  auto imp = run_ctitan({"checkpoint", "import", "--input", saved.string(), "--output", step.string()});
-  ASSERT_EQ(imp.exit_code, 0) << imp.output;
-  auto job = config::parse_job_config(checkpoint::read_metadata(step).config_toml, "step metadata");
+  auto job = config::parse_job_config(checkpoint::read_metadata(work.path() / "step-0").config_toml, "step metadata");
   EXPECT_EQ(job.model.name, "qwen3");
   EXPECT_EQ(job.model.head_dim, 32);
-
-  const std::string prompt = "5,77,140,3,250";
-  auto ref = reference(work, "greedy", {"greedy", "--model", saved.string(), "--ids", prompt, "--n", "16"});
-  ASSERT_FALSE(ref.is_null());
-  auto ours = transformers_json_result(run_ctitan({"generate", "--checkpoint", step.string(), "--prompt-ids", prompt,
-                                      "--max-new-tokens", "16", "--temperature", "0", "--json"}));
-  expect_same_greedy_ids(ours, ref["runs"][0], "imported Qwen3 step dir");
 }
 
 }  // namespace
