@@ -1,5 +1,8 @@
 #include "ctitan/config/config_fields.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <stdexcept>
 #include <utility>
 
@@ -57,6 +60,18 @@ std::string name_in(const NameTable<T>& table, T value) {
 }
 
 }  // namespace
+
+std::string value_text(const Field& f) {
+  struct Visitor {
+    std::string operator()(int64_t* v) const { return fmt::format("{}", *v); }
+    std::string operator()(double* v) const { return fmt::format("{}", *v); }
+    std::string operator()(bool* v) const { return fmt::format("{}", *v); }
+    std::string operator()(std::string* v) const { return fmt::format("\"{}\"", *v); }
+    std::string operator()(StringTable* v) const { return fmt::format("{}", *v); }
+    std::string operator()(const Choice& c) const { return c.names.at(c.current()); }
+  };
+  return std::visit(Visitor{}, f.target);
+}
 
 std::string Choice::allowed() const {
   std::string out;

@@ -32,6 +32,9 @@ struct Field {
 
 std::vector<Field> config_fields(JobConfig& config);
 
+// A field's current value as text: 10000, 0.0003, true, "llama3", [["a", "b"]], a choice's name.
+std::string value_text(const Field& f);
+
 // The TOML name of a choice value, for logs: name_of(GradientSync::kLastMicrobatch) is
 // "last_microbatch".
 std::string name_of(DecayType v);

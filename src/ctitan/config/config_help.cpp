@@ -13,16 +13,14 @@ namespace {
 
 std::string type_and_default(const Field& f) {
   struct Visitor {
-    std::string operator()(int64_t* v) const { return fmt::format("integer = {}", *v); }
-    std::string operator()(double* v) const { return fmt::format("number = {}", *v); }
-    std::string operator()(bool* v) const { return fmt::format("boolean = {}", *v); }
-    std::string operator()(std::string* v) const { return fmt::format("string = \"{}\"", *v); }
-    std::string operator()(StringTable* v) const { return fmt::format("array of string arrays = {}", *v); }
-    std::string operator()(const Choice& c) const {
-      return fmt::format("{} = {}", fmt::join(c.names, "|"), c.names.at(c.current()));
-    }
+    std::string operator()(int64_t*) const { return "integer"; }
+    std::string operator()(double*) const { return "number"; }
+    std::string operator()(bool*) const { return "boolean"; }
+    std::string operator()(std::string*) const { return "string"; }
+    std::string operator()(StringTable*) const { return "array of string arrays"; }
+    std::string operator()(const Choice& c) const { return fmt::format("{}", fmt::join(c.names, "|")); }
   };
-  return std::visit(Visitor{}, f.target);
+  return std::visit(Visitor{}, f.target) + " = " + value_text(f);
 }
 
 size_t edit_distance(const std::string& a, const std::string& b) {

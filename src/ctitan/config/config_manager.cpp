@@ -1,7 +1,6 @@
 #include "ctitan/config/config_manager.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <cmath>
 #include <filesystem>
@@ -419,25 +418,6 @@ void check_config(const JobConfig& c) {
 }
 }  // namespace
 
-namespace {
-// A field's value as the TOML text to_toml would print for it.
-std::string value_text(const Field& f) {
-  struct Visitor {
-    std::string operator()(int64_t* v) const { return std::to_string(*v); }
-    std::string operator()(double* v) const { return fmt::format("{}", *v); }
-    std::string operator()(bool* v) const { return *v ? "true" : "false"; }
-    std::string operator()(std::string* v) const { return fmt::format("'{}'", one_line(*v)); }
-    std::string operator()(StringTable* v) const {
-      std::vector<std::string> rows;
-      for (const auto& row : *v) rows.push_back(fmt::format("[{}]", fmt::join(row, ", ")));
-      return fmt::format("[{}]", fmt::join(rows, ", "));
-    }
-    std::string operator()(const Choice& c) const { return c.names.at(c.current()); }
-  };
-  return std::visit(Visitor{}, f.target);
-}
-}  // namespace
-
 std::vector<std::string> section_differences(const JobConfig& other, const JobConfig& current,
                                              const std::string& section) {
   JobConfig a = other, b = current;
@@ -445,7 +425,7 @@ std::vector<std::string> section_differences(const JobConfig& other, const JobCo
   std::vector<std::string> out;
   for (size_t i = 0; i < fa.size() && i < fb.size(); ++i) {
     if (fa[i].section != section) continue;
-    auto was = value_text(fa[i]), now = value_text(fb[i]);
+    auto was = one_line(value_text(fa[i])), now = one_line(value_text(fb[i]));
     if (was != now) out.push_back(fmt::format("{} = {} (this job: {})", fa[i].dotted(), was, now));
   }
   return out;

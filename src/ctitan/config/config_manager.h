@@ -25,7 +25,7 @@ void validate(const JobConfig& config);
 // The resolved config as TOML text: printed with job.print_config and hashed by rendezvous.
 std::string to_toml(const JobConfig& config);
 
-// "model.n_layers = 8 (this job: 6)" for each key of `section` whose value in `other` differs
+// "model.n_layers = 8 (this job: 6)" (values as value_text writes them) for each key of `section` whose value in `other` differs
 // from `current`'s, in the field table's order: what changed between a saved job and this one.
 std::vector<std::string> section_differences(const JobConfig& other, const JobConfig& current,
                                              const std::string& section);

@@ -90,22 +90,29 @@ torch::Tensor permute_head_norm_from_hf(const torch::Tensor& w) {
   return permute_rows_from_hf(w.unsqueeze(1), 1).squeeze(1);
 }
 
+namespace {
+
+// The heads whose rows of `fqn` are in RoPE's pair order: wq's, wk's, or the one head a QK-norm
+// weight describes; 0 for a tensor RoPE does not read.
+int64_t rope_ordered_heads(const std::string& fqn, const models::ModelArgs& args) {
+  auto has = [&](const char* part) { return fqn.find(part) != std::string::npos; };
+  if (has("attention.wq.")) return args.n_heads;
+  if (has("attention.wk.")) return args.kv_heads();
+  return has("attention.q_norm.") || has("attention.k_norm.") ? 1 : 0;
+}
+
+}  // namespace
+
 torch::Tensor to_hf_layout(const std::string& fqn, const torch::Tensor& t, const models::ModelArgs& args) {
-  if (fqn.find("attention.wq.") != std::string::npos) return permute_rows_to_hf(t, args.n_heads);
-  if (fqn.find("attention.wk.") != std::string::npos) return permute_rows_to_hf(t, args.kv_heads());
-  if (fqn.find("attention.q_norm.") != std::string::npos || fqn.find("attention.k_norm.") != std::string::npos) {
-    return permute_head_norm_to_hf(t);
-  }
-  return t;
+  const int64_t heads = rope_ordered_heads(fqn, args);
+  if (heads == 0) return t;
+  return t.dim() == 1 ? permute_head_norm_to_hf(t) : permute_rows_to_hf(t, heads);
 }
 
 torch::Tensor from_hf_layout(const std::string& fqn, const torch::Tensor& t, const models::ModelArgs& args) {
-  if (fqn.find("attention.wq.") != std::string::npos) return permute_rows_from_hf(t, args.n_heads);
-  if (fqn.find("attention.wk.") != std::string::npos) return permute_rows_from_hf(t, args.kv_heads());
-  if (fqn.find("attention.q_norm.") != std::string::npos || fqn.find("attention.k_norm.") != std::string::npos) {
-    return permute_head_norm_from_hf(t);
-  }
-  return t;
+  const int64_t heads = rope_ordered_heads(fqn, args);
+  if (heads == 0) return t;
+  return t.dim() == 1 ? permute_head_norm_from_hf(t) : permute_rows_from_hf(t, heads);
 }
 
 }  // namespace ctitan::checkpoint::hf
