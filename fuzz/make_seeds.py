@@ -107,8 +107,9 @@ put("safetensors", "scalar_and_empty.safetensors",
     safetensors({"s": ("I64", [], struct.pack("<q", 7)), "e": ("F16", [0, 3], b"")}))
 
 
-# RPC wire (docs/design/rpc.md section 4): the first byte is the number of tensors (0-4) in the
-# table, then a request or a response: one seed per value tag, a nested call, each error response.
+# RPC wire (the format is in src/ctitan/rpc/wire.h and value_codec.h): the first byte is the
+# number of tensors (0-4) in the table, then a request or a response: one seed per value tag, a
+# nested call, each error response.
 def rpc_value(tag, body=b""):
     return bytes([tag]) + body
 

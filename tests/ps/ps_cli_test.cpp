@@ -35,7 +35,7 @@ std::string trimmed_text(std::string text) {
 // scales the loss before backward. Measured over these 15 steps (1 and 2 intra-op threads alike):
 // max relative difference 6.7e-8 on the loss and 6.9e-8 on the grad norm, a few fp32 ulps; with 2
 // accumulated microbatches per trainer 1.1e-7 on both. The bound, 1e-6 on both, is about 10x the
-// largest (design §8: 10x the measurement), yet a gradient averaged per trainer or per
+// largest (docs/design/rpc.md, decision 17), yet a gradient averaged per trainer or per
 // microbatch instead of per token, a trainer's slice counted twice, a stale parameter copy or a
 // lost push moves them by percents.
 //

@@ -1,5 +1,5 @@
 // rpc_test_worker scenarios of distributed autograd and the distributed optimizer (2 workers;
-// docs/design/rpc.md sections 7, 8 and 10). worker0 drives, worker1 serves.
+// docs/design/rpc.md, decisions 12 and 16). worker0 drives, worker1 serves.
 //   dist_autograd  loss = sum(tanh(x w1) w2) with tanh(x w1) computed on worker1 (by rpc_sync, and
 //                  by remote() + to_here()): the loss and the gradients of w1 and w2 equal local
 //                  autograd's bitwise (the same ops in the same order on the same bytes); .grad()

@@ -1,4 +1,4 @@
-// rpc_test_worker scenarios about the agent's lifetime (docs/design/rpc.md sections 9 and 10).
+// rpc_test_worker scenarios about the agent's lifetime (docs/design/rpc.md, decisions 5 and 15).
 //   kill_peer          (2) worker1 dies (_exit) with two calls and an RRef of worker0's pending on
 //                      it: each fails PeerLost, promptly; new calls and remote() fail PeerLost;
 //                      worker0 shuts down non-gracefully and exits 0.

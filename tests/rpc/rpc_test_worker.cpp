@@ -1,4 +1,4 @@
-// Multi-process RPC scenarios (docs/design/rpc.md section 10), started on every rank by
+// Multi-process RPC scenarios, started on every rank by
 // `ctitan run --nproc-per-node N --master-port 0 --exec rpc_test_worker <scenario>`. Each worker
 // checks every result itself and prints one line: "<worker>: <scenario>: N checks passed" (exit 0)
 // or "... FAILED: ..." (exit 1). After every scenario but kill_peer, each worker also checks that

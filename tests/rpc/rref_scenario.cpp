@@ -1,4 +1,4 @@
-// rpc_test_worker scenario `rref` (3 workers; docs/design/rpc.md sections 6 and 10). worker0 drives,
+// rpc_test_worker scenario `rref` (3 workers; docs/design/rpc.md, decisions 9-11). worker0 drives,
 // worker1 owns most values, worker2 is the third worker that forks reach; 1 and 2 only serve.
 // remote() and to_here(), local_value() on the owner only, C++ objects (local_object) that never
 // leave their owner, remote() to self, RRef::local, failures

@@ -1,5 +1,5 @@
 #pragma once
-// A trainer of `ctitan ps --ps.mode dist_autograd` (design docs/design/rpc.md §8): the token
+// A trainer of `ctitan ps --ps.mode dist_autograd` (docs/design/rpc.md, decision 18): the token
 // embedding is the server's, looked up by RPC inside a distributed autograd context; the rest of
 // the model is this trainer's own. dist_autograd::backward reaches the server's embedding, and a
 // DistributedOptimizer steps it there and the local parameters here, clipped by the norm over

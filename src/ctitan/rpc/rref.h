@@ -83,7 +83,7 @@ struct Convert<RRef> {
   static c10::IValue to(RRef v) { return c10::IValue(v.impl()); }
 };
 
-// The leak counters of upstream's RRef context on this worker (docs/design/rpc.md section 6):
+// The leak counters of upstream's RRef context on this worker (docs/design/rpc.md, decision 15):
 // OwnerRRefs held for users, forks known to the owner, user RRefs not yet confirmed, and RRef
 // protocol messages in flight. While RPC runs: now. After shutdown: as they were when the agent
 // stopped, which a clean program has at zero on every worker.

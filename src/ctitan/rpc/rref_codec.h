@@ -1,5 +1,5 @@
 #pragma once
-// How RRefs cross ctitan's payloads in a running process (docs/design/rpc.md section 6): the codec
+// How RRefs cross ctitan's payloads in a running process (docs/design/rpc.md, decision 11): the codec
 // hook that drives upstream's fork protocol, and the two-pass encoding that keeps a payload that
 // fails to encode from leaving a half-registered fork behind.
 #include <string>

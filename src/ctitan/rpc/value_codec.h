@@ -1,9 +1,9 @@
 #pragma once
 // The value codec of ctitan's RPC payloads: c10::IValue <-> bytes + a tensor table
-// (docs/design/rpc.md section 4). Tensors never enter the bytes: each is an index into the table,
-// which the agent sends as separate buffers. Decoding checks every length against the bytes
-// remaining before it allocates, so a corrupt payload is one InputError line, never a large
-// allocation or a crash.
+// (docs/design/rpc.md, decisions 3 and 4). Tensors never enter the bytes: each is an index into
+// the table, which the agent sends as separate buffers. Decoding checks every length against the
+// bytes remaining before it allocates, so a corrupt payload is one InputError line, never a
+// large allocation or a crash.
 #include <ATen/core/ivalue.h>
 
 #include <cstdint>
@@ -13,7 +13,10 @@
 
 namespace ctitan::rpc {
 
-// Tags of the encoded values (one byte each).
+// Tags of the encoded values (one byte each). A value is its tag, then, little-endian: Int i64;
+// Double f64; String u32 length, bytes; Tensor u32 table index; List u8 ElementKind, u32 n, n
+// values; Tuple u32 n, n values; Dict u8 key ElementKind, u32 n, n (key, value) pairs; RRef the
+// RRefFields below in order (i16 i16 i64 i16 i64 i16). None, False and True have no body.
 enum class ValueTag : uint8_t {
   None = 0, False = 1, True = 2, Int = 3, Double = 4, String = 5, Tensor = 6, List = 7, Tuple = 8,
   Dict = 9, RRef = 10,

@@ -1,5 +1,5 @@
 #pragma once
-// The envelopes of ctitan's user calls (docs/design/rpc.md section 4): what travels inside
+// The envelopes of ctitan's user calls (docs/design/rpc.md, decision 2): what travels inside
 // upstream's PythonCall / PythonResp messages. The agent never looks inside.
 //   request  := "CTR1" u8 kind u16 name_len name value(args tuple)
 //   response := "CTR1" u8 status value(result)                        status 0

@@ -1,5 +1,5 @@
-// Pipeline schedules without processes: the exact orders of design 1.3 and 3.5 (reproduced from
-// PyTorch's generators), the lowering rules, p2p tags, and, over a grid of every accepted
+// Pipeline schedules without processes: the exact compute orders (reproduced from PyTorch's
+// generators) and lowered plans, the lowering rules, p2p tags, and, over a grid of every accepted
 // (schedule, p, v, m), the invariants the runtime relies on, checked by the simulator.
 #include <gtest/gtest.h>
 
@@ -45,7 +45,8 @@ TEST(PipelineSchedule, ParsesCaseInsensitivelyAndRefusesOthersWithRefusal10) {
   }
 }
 
-// The table of design 1.3.
+// GPipe and 1F1B at p=2, m=4, and Interleaved1F1B at p=2, v=2, m=4, as PyTorch's generators
+// order them.
 TEST(PipelineSchedule, ComputeOrdersMatchDesignTable) {
   const PipeShape two{2, 1, 4};
   EXPECT_EQ(texts(compute_orders(ScheduleKind::kGPipe, two)),
@@ -57,7 +58,7 @@ TEST(PipelineSchedule, ComputeOrdersMatchDesignTable) {
                                       "1F0 1F1 3F0 3B0 3F1 3B1 1F2 1B0 1F3 1B1 3F2 3B2 3F3 3B3 1B2 1B3"}));
 }
 
-// p=4, m=8 (design 3.8), written out from the rules: GPipe all F then all B; 1F1B stage s
+// p=4, m=8, written out from the rules: GPipe all F then all B; 1F1B stage s
 // warms up with min(m, p - s) = 4 - s forwards, then alternates B and F.
 TEST(PipelineSchedule, FourStagesEightMicrobatches) {
   const PipeShape four{4, 1, 8};
@@ -71,7 +72,7 @@ TEST(PipelineSchedule, FourStagesEightMicrobatches) {
                                       "3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3F4 3B4 3F5 3B5 3F6 3B6 3F7 3B7"}));
 }
 
-// The lowered 1F1B of design 3.5.
+// 1F1B at p=2, m=4, lowered by ctitan's rules (docs/design/pipeline_parallel.md, decision 6).
 TEST(PipelineSchedule, LoweredOneFOneBMatchesDesign) {
   const PipeShape two{2, 1, 4};
   EXPECT_EQ(texts(lower(compute_orders(ScheduleKind::k1F1B, two), two)),
@@ -247,7 +248,7 @@ TEST(PipelineScheduleGrid, LoweringPairsEverySendWithOneReceiveAndOneWaitAndFoll
   }
 }
 
-// Peak in flight: design 1.3 and issue #15's memory claim (1F1B holds p - s, GPipe m).
+// Peak in flight: issue #15's memory claim (1F1B stage s holds min(m, p - s), GPipe m).
 TEST(PipelineScheduleGrid, SimulatorCompletesWithTheExpectedPeakInFlight) {
   for (const GridCase& c : accepted_grid()) {
     SCOPED_TRACE(name(c));
@@ -270,10 +271,10 @@ TEST(PipelineScheduleGrid, SimulatorCompletesWithTheExpectedPeakInFlight) {
 }
 
 // Idle share with equal stages, exact up to double rounding (the times are small integers and
-// halves, so 1e-12 is many orders above the rounding of one division). Several F:B ratios: the
-// design says the bubble does not depend on it.
+// halves, so 1e-12 is many orders above the rounding of one division). Several F:B ratios: with
+// equal stages the bubble does not depend on it.
 //
-// Interleaved1F1B: the design's (p-1)/(v*m+p-1) holds for every m >= p (not only p | m: m = 6,
+// Interleaved1F1B: the usual (p-1)/(v*m+p-1) holds for every m >= p (not only p | m: m = 6,
 // p = 4 runs one round of 6 and also matches). With m < p it does not: a microbatch's trip round
 // the p ranks takes p slots of which only m carry work, so each of the v loops idles p - m
 // more, and the step lasts v*p + m - 1 units of (F + B) instead of v*m + p - 1. The test pins
@@ -303,7 +304,8 @@ TEST(PipelineScheduleGrid, SimulatedIdleShareEqualsTheBubbleFormula) {
 }
 
 TEST(PipelineScheduleGrid, DesignFigures) {
-  // Design 1.3: 0.2 for GPipe/1F1B at p=2, m=4; 1/9 for the Interleaved row.
+  // (p-1)/(m+p-1) = 0.2 for GPipe/1F1B at p=2, m=4; (p-1)/(v*m+p-1) = 1/9 for Interleaved1F1B
+  // at p=2, v=2, m=4.
   for (auto kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B}) {
     const PipeShape shape{2, 1, 4};
     SimResult sim = simulate(lower(compute_orders(kind, shape), shape), shape);

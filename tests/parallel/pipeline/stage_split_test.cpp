@@ -1,5 +1,6 @@
-// Stage splitting and plan validation without processes: torchtitan's split examples (design
-// 1.1), uneven splits, stage counts from layers_per_stage, and refusals 2-10 by exact text.
+// Stage splitting and plan validation without processes: torchtitan's split examples
+// (generate_llm_fqn_per_model_part), uneven splits, stage counts from layers_per_stage, and
+// the config refusals by exact text.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -23,7 +24,7 @@ PipelinePlanInput plan_input(int n_layers, int pp, const std::string& schedule, 
   return in;
 }
 
-// The design's texts omit the "config error: " prefix every ConfigError carries.
+// The texts below omit the "config error: " prefix every ConfigError carries.
 void expect_refusal(const PipelinePlanInput& in, const std::string& text) {
   try {
     plan_pipeline(in);
@@ -170,7 +171,7 @@ TEST(PipelineStageSplit, RefusesNonPositiveSizes) {
   EXPECT_THROW(plan_pipeline(in), ConfigError);
 }
 
-// Design 3.8: validation refuses exactly what the rules forbid, and everything it accepts runs
+// Validation refuses exactly what the rules forbid, and everything it accepts runs
 // in the simulator (the logic_error backstop never fires). PyTorch's Interleaved rule is
 // m % max(1, m / p) == 0: e.g. m = 6 with p = 4 is one round of 6 and runs.
 TEST(PipelineStageSplit, AcceptsExactlyWhatTheMicrobatchRulesAllow) {

@@ -22,7 +22,8 @@ namespace ctitan::parallel::pipeline {
 
 // What crosses a stage boundary, known ahead from the config (never inferred at run time,
 // which is what hung torchtitan's multi-node runs, #1492): activations and their gradients
-// alike are (microbatch_size, seq_len, dim).
+// alike are (microbatch_size, seq_len / tp, dim), since under TP each tp rank sends its sequence
+// shard; fp32, or bf16 under FSDP with bf16 parameters (the dtype the residual stream is in).
 struct BoundarySpec {
   std::vector<int64_t> shape;
   torch::ScalarType dtype = torch::kFloat;

@@ -2,7 +2,7 @@
 // Pipeline schedules as data: which forward (F) and backward (B) each pp rank runs, in what
 // order, and the point-to-point actions that move activations and gradients between stages.
 // Pure functions, no processes or tensors: every rank computes every rank's plan, so each rank
-// knows what its peers will post (docs/design/pipeline_parallel.md, 1.3 and 3.5).
+// knows what its peers will post (docs/design/pipeline_parallel.md, decisions 5 and 6).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -11,8 +11,8 @@ namespace ctitan::parallel::pipeline {
 
 enum class ScheduleKind { kGPipe, k1F1B, kInterleaved1F1B };
 
-// Case-insensitive, as PyTorch's get_schedule_class. Anything else is design 3.4's refusal 10
-// (ConfigError naming the value and torchtitan's schedules ctitan lacks).
+// Case-insensitive, as PyTorch's get_schedule_class. Anything else is a ConfigError naming the
+// value and torchtitan's schedules ctitan lacks.
 ScheduleKind parse_schedule(const std::string& name);
 // "GPipe", "1F1B", "Interleaved1F1B": the spelling used in messages.
 const char* schedule_name(ScheduleKind kind);
@@ -41,13 +41,15 @@ struct PipeShape {
 
 // F/B order of every pp rank, index = pp rank. GPipe and 1F1B need stages_per_rank == 1
 // (std::invalid_argument otherwise); Interleaved1F1B needs microbatches % rounds == 0 with
-// rounds = max(1, m / pp), as PyTorch (std::invalid_argument otherwise). Semantics: design 1.3.
+// rounds = max(1, m / pp), as PyTorch (std::invalid_argument otherwise). The orders are those of
+// PyTorch's generators (docs/design/pipeline_parallel.md, decision 5).
 std::vector<std::vector<Action>> compute_orders(ScheduleKind kind, const PipeShape& shape);
 
-// Adds Recv/Send/Wait actions to compute orders, per design 3.5: a compute action's receive is
-// posted one compute action ahead; sends follow their producing compute at once; WaitF(s, mb)
-// follows B(s, mb); WaitB(s, mb) precedes B(s - pp, mb) when this rank holds that stage, else
-// it goes at the end. Adjacent stages on the same rank (only with pp == 1) hand over locally,
+// Adds Recv/Send/Wait actions to compute orders, by ctitan's own rules
+// (docs/design/pipeline_parallel.md, decision 6): a compute action's receive is posted one
+// compute action ahead; sends follow their producing compute at once; WaitF(s, mb) follows
+// B(s, mb); WaitB(s, mb) precedes B(s - pp, mb) when this rank holds that stage, else it goes
+// at the end. Adjacent stages on the same rank (only with pp == 1) hand over locally,
 // with no comm actions, as PyTorch's _add_send_recv does. std::logic_error on an order that
 // runs a B before the B it depends on.
 std::vector<std::vector<Action>> lower(const std::vector<std::vector<Action>>& orders, const PipeShape& shape);

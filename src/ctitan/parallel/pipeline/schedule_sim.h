@@ -1,7 +1,8 @@
 #pragma once
-// Virtual-time simulation of lowered pipeline actions (design 3.5): does the plan complete, how
-// long is a step, how idle is each rank, and how many microbatches of activations does each
-// stage hold at its peak. Used by plan validation (the deadlock backstop), tests and the bench.
+// Virtual-time simulation of lowered pipeline actions (docs/design/pipeline_parallel.md,
+// decision 8): does the plan complete, how long is a step, how idle is each rank, and how many
+// microbatches of activations does each stage hold at its peak. Used by plan validation (the
+// deadlock backstop), tests and the bench.
 #include <string>
 #include <vector>
 

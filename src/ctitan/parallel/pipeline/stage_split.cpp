@@ -21,8 +21,8 @@ void require_non_negative(int value, const char* key) {
   if (value < 0) throw ConfigError(std::string(key) + " must be >= 0 (got " + str(value) + ")");
 }
 
-// A given split's stage count against the schedule: the rule of refusals 8-9 for parts the user
-// listed instead of a layers_per_stage.
+// A given split's stage count against the schedule, the same rule as for layers_per_stage: a
+// multiple of pp, one stage per rank for GPipe/1F1B, at least two for Interleaved1F1B.
 int stages_per_rank_of_parts(const PipelinePlanInput& in, ScheduleKind kind) {
   const int stages = int(in.module_fqns_per_model_part.size());
   const std::string what = "parallelism.module_fqns_per_model_part has " + str(stages) + " parts";
@@ -38,8 +38,9 @@ int stages_per_rank_of_parts(const PipelinePlanInput& in, ScheduleKind kind) {
   return v;
 }
 
-// Refusals 7-9: torchtitan's pipeline_llm derives the stage count from layers_per_stage, or
-// gives single-stage schedules one stage per rank and multi-stage ones two.
+// As torchtitan's pipeline_llm: ceil(slots / layers_per_stage) stages, a multiple of pp, one per
+// rank for single-stage schedules and at least two for multi-stage ones; without
+// layers_per_stage, one stage per rank for single-stage schedules and two for multi-stage ones.
 int stages_per_rank(const PipelinePlanInput& in, ScheduleKind kind, int slots) {
   const bool single_stage = kind != ScheduleKind::kInterleaved1F1B;
   if (!in.module_fqns_per_model_part.empty()) {
@@ -99,7 +100,8 @@ void check_given_split(const PipelinePlanInput& in) {
                       "' and what follows it; list every module once, in forward order");
 }
 
-// Refusals 5-6: the checks of generate_llm_fqn_per_model_part (which skips them for one stage).
+// The checks of generate_llm_fqn_per_model_part (which skips them for one stage): every stage
+// gets a slot, and neither first_less nor last_less exceeds a stage's slots.
 void check_split(const PipelinePlanInput& in, int stages, int slots) {
   if (!in.module_fqns_per_model_part.empty()) return check_given_split(in);
   if (stages == 1) return;
@@ -119,7 +121,8 @@ void check_split(const PipelinePlanInput& in, int stages, int slots) {
   check_weight(in.last_stage_less_layers, "pipeline_parallel_last_stage_less_layers");
 }
 
-// Refusals 3-4: the microbatch rules of PyTorch's Schedule1F1B and ScheduleInterleaved1F1B.
+// The microbatch rules of PyTorch's Schedule1F1B (m >= stages; fewer hung, #775) and
+// ScheduleInterleaved1F1B (m % rounds == 0).
 void check_microbatches(const PipelinePlanInput& in, ScheduleKind kind, const PipeShape& shape) {
   const int m = shape.microbatches;
   if (kind == ScheduleKind::k1F1B && m < shape.stages())

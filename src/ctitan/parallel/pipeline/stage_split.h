@@ -1,7 +1,7 @@
 #pragma once
 // Which model modules each pipeline stage holds, and the validated plan a pipeline run follows:
 // torchtitan's stage count and weighted split (pipeline_llm, generate_llm_fqn_per_model_part),
-// loop-style stage-to-rank mapping, the schedule, and design 3.4's refusals. Pure functions.
+// loop-style stage-to-rank mapping, the schedule, and the config refusals. Pure functions.
 #include <string>
 #include <vector>
 
@@ -10,7 +10,8 @@
 
 namespace ctitan::parallel::pipeline {
 
-// The [parallelism] keys of design 3.2, plus the two figures they depend on.
+// The [parallelism] keys, torchtitan's names and defaults (docs/design/pipeline_parallel.md,
+// decision 1), plus the two figures they depend on.
 struct PipelinePlanInput {
   int n_layers;          // model.n_layers
   int pp;                // parallelism.pipeline_parallel_degree
@@ -39,10 +40,13 @@ struct PipelinePlan {
   std::vector<int> stages_of_rank(int pp_rank) const;
 };
 
-// Throws ConfigError (common/error.h) with design 3.4's exact texts for refusals 2-10 (and one
-// line naming the part and module for a module_fqns_per_model_part that is not the model's
-// modules once each in forward order), and
-// std::logic_error naming the stuck action if the simulator finds the accepted plan cannot run.
+// Throws ConfigError (common/error.h), one line naming the keys and values, for: an unknown
+// schedule; a microbatch size that does not divide the local batch; a stage count the schedule
+// cannot place on pp ranks; a split that leaves a stage empty, counts the embeddings or norm +
+// output as more slots than a stage has, or is not the model's modules once each in forward
+// order; too few (1F1B) or uneven (Interleaved1F1B) microbatches. The texts are pinned in
+// stage_split_test.cpp. std::logic_error naming the stuck action if the simulator finds an
+// accepted plan cannot run.
 PipelinePlan plan_pipeline(const PipelinePlanInput& input);
 
 // torchtitan's generate_llm_fqn_per_model_part, without validation (plan_pipeline refuses the
