@@ -122,7 +122,7 @@ void stall(const fs::path& dir, const std::string& mode) {
            "--metrics.enable_jsonl", "false", "--job.dump_folder", (dir / mode).string(),
            "--checkpoint.async_mode", mode, "--checkpoint.keep_latest_k", "2"});
   ctitan::train::Trainer trainer(config);
-  ctitan::checkpoint::CheckpointManager manager(config, ctitan::checkpoint::local_coordinator(), nullptr, {});
+  ctitan::checkpoint::CheckpointManager manager(config, ctitan::checkpoint::local_coordinator(), nullptr, {}, trainer);
   std::vector<double> step_times, blocked, after_save;
   for (int i = 1; i <= steps; ++i) {
     auto start = Clock::now();
@@ -130,7 +130,7 @@ void stall(const fs::path& dir, const std::string& mode) {
     double t = since(start);
     (i > 2 && (i - 1) % 3 == 0 ? after_save : step_times).push_back(t);
     if (i > 1 && i % 3 == 0) {
-      auto error = manager.save(i, trainer.state_dicts(), trainer.shard_layouts(), false);
+      auto error = manager.save(i);
       if (!error.empty()) throw std::runtime_error(error);
       blocked.push_back(manager.last_blocked_seconds());
     }

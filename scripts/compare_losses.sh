@@ -1,8 +1,9 @@
 #!/bin/bash
 # Are two ctitan binaries' training results the same, bit for bit? For refactors that must not
 # move a number (issue #30: "Llama 3 results unchanged bit for bit"). Trains the Llama 3 debug
-# model in fp32 for 20 steps, every step logged, with each binary: in one process, FSDP(2) and
-# TP(2); then compares every step's loss and grad_norm (metrics.jsonl keeps all float bits).
+# model in fp32 for 20 steps, every step logged, with each binary: in one process, FSDP(2), DDP(2),
+# TP(2) and PP(2), with two accumulated microbatches and validation on; then compares every step's
+# loss, grad_norm and validation loss (metrics.jsonl keeps all float bits).
 #
 #   scripts/compare_losses.sh OLD/bin/ctitan NEW/bin/ctitan [extra train flags...]
 #
@@ -18,27 +19,39 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 common=(--config configs/llama3_debug.toml --training.steps 20 --metrics.log_freq 1
         --training.mixed_precision_param float32 --metrics.peak_flops 1e12 --comm.link_gbytes_per_s 1
-        --training.seq_len 128 --training.device cpu "$@")
+        --training.seq_len 128 --training.device cpu --training.local_batch_size 2
+        --training.global_batch_size 4 --validation.enable true --validation.freq 10 --validation.steps 2 "$@")
 launch=(run --nproc-per-node 2 --master-port 0 train)
+# name, then the flags of the launched layouts ("one" runs without the launcher).
+layouts=("one" "fsdp --parallelism.data_parallel_shard_degree 2"
+         "ddp --parallelism.data_parallel_replicate_degree 2 --parallelism.data_parallel_shard_degree 1"
+         "tp --parallelism.data_parallel_shard_degree 1 --parallelism.tensor_parallel_degree 2"
+         "pp --parallelism.data_parallel_shard_degree 1 --parallelism.pipeline_parallel_degree 2")
 for side in old new; do
   bin=${!side}
-  CTITAN_NUM_THREADS=1 "$bin" train "${common[@]}" --job.dump_folder "$work/$side/one" > "$work/$side-one.log" 2>&1
-  CTITAN_NUM_THREADS=1 "$bin" "${launch[@]}" "${common[@]}" --job.dump_folder "$work/$side/fsdp" \
-    --parallelism.data_parallel_shard_degree 2 > "$work/$side-fsdp.log" 2>&1
-  CTITAN_NUM_THREADS=1 "$bin" "${launch[@]}" "${common[@]}" --job.dump_folder "$work/$side/tp" \
-    --parallelism.data_parallel_shard_degree 1 --parallelism.tensor_parallel_degree 2 > "$work/$side-tp.log" 2>&1
+  for layout in "${layouts[@]}"; do
+    read -r name flags <<< "$layout"
+    if [ "$name" = one ]; then cmd=("$bin" train); else cmd=("$bin" "${launch[@]}"); fi
+    # shellcheck disable=SC2086  # flags split into words on purpose
+    CTITAN_NUM_THREADS=1 "${cmd[@]}" "${common[@]}" $flags --job.dump_folder "$work/$side/$name" \
+      > "$work/$side-$name.log" 2>&1 || { echo "$side $name failed:"; tail -5 "$work/$side-$name.log"; exit 1; }
+  done
 done
 python3 - "$work" <<'PY'
 import json, sys
 work, failed = sys.argv[1], False
-for run in ("one", "fsdp", "tp"):
-    rows = {}
+for run in ("one", "fsdp", "ddp", "tp", "pp"):
+    rows, validation = {}, {}
     for side in ("old", "new"):
         with open(f"{work}/{side}/{run}/metrics.jsonl") as f:
-            rows[side] = [(r["step"], r["loss"], r["grad_norm"]) for r in map(json.loads, f) if "grad_norm" in r]
-    same = rows["old"] == rows["new"] and len(rows["new"]) == 20
+            records = list(map(json.loads, f))
+        rows[side] = [(r["step"], r["loss"], r["grad_norm"]) for r in records if "grad_norm" in r]
+        validation[side] = [(r["step"], r["validation_loss"]) for r in records if "validation_loss" in r]
+    same = rows["old"] == rows["new"] and len(rows["new"]) == 20 and validation["old"] == validation["new"]
+    same = same and len(validation["new"]) == 2
     failed |= not same
-    print(f"{run:5s}: {len(rows['new'])} steps, loss and grad_norm bitwise equal: {same} "
+    print(f"{run:5s}: {len(rows['new'])} steps, {len(validation['new'])} validations, loss, grad_norm and "
+          f"validation loss bitwise equal: {same} "
           f"(last loss {rows['old'][-1][1]!r} vs {rows['new'][-1][1]!r})")
 sys.exit(1 if failed else 0)
 PY

@@ -75,28 +75,37 @@ int main(int argc, char** argv) try {
                                                     "text", tokenizer, "corpus"),
                             /*seq_len=*/32, /*batch_size=*/4, "corpus", rank, world, args.vocab_size);
 
+  // What a checkpoint saves and restores, handed to the manager once.
+  struct JobState : checkpoint::Stateful {
+    parallel::fsdp::FSDPModule& fsdp;
+    components::AdamW& optimizer;
+    data::PackedLoader& loader;
+    int64_t step = 0;
+    JobState(parallel::fsdp::FSDPModule& f, components::AdamW& o, data::PackedLoader& l)
+        : fsdp(f), optimizer(o), loader(l) {}
+    checkpoint::PartStates state_dicts() const override {
+      StateDict params;
+      for (const auto& [fqn, p] : fsdp.parameters_to_optimize()) params[fqn] = p;
+      return {{"model", params},
+              {"optimizer", optimizer.state_dict()},
+              {"dataloader", loader.state_dict()},
+              {"train_state", {{"step", torch::tensor(step)}}}};
+    }
+    checkpoint::PartLayouts shard_layouts() const override {
+      return {{"model", fsdp.shard_layouts()}, {"optimizer", optimizer.state_layouts(fsdp.shard_layouts())}};
+    }
+    void load_state_dicts(const checkpoint::PartStates& loaded) override {
+      torch::NoGradGuard no_grad;
+      for (auto& [fqn, p] : fsdp.parameters_to_optimize()) p.copy_(loaded.at("model").at(fqn));
+      optimizer.load_state_dict(loaded.at("optimizer"));
+      loader.load_state_dict(loaded.at("dataloader"));
+      step = loaded.at("train_state").at("step").item<int64_t>();
+    }
+  } job(*fsdp, optimizer, loader);
   checkpoint::CheckpointManager checkpoints(config, checkpoint::store_coordinator(dist->store, rank, world),
-                                            dist->world, checkpoint::RankPlace{rank, world, rank, world});
-  int64_t step = 0;
-  auto state = [&]() -> checkpoint::PartStates {
-    StateDict params;
-    for (const auto& [fqn, p] : fsdp->parameters_to_optimize()) params[fqn] = p;
-    return {{"model", params},
-            {"optimizer", optimizer.state_dict()},
-            {"dataloader", loader.state_dict()},
-            {"train_state", {{"step", torch::tensor(step)}}}};
-  };
-  const checkpoint::PartLayouts layouts{{"model", fsdp->shard_layouts()},
-                                        {"optimizer", optimizer.state_layouts(fsdp->shard_layouts())}};
-  auto loaded = state();
-  if (checkpoints.load(loaded, layouts)) {
-    torch::NoGradGuard no_grad;
-    for (auto& [fqn, p] : fsdp->parameters_to_optimize()) p.copy_(loaded.at("model").at(fqn));
-    optimizer.load_state_dict(loaded.at("optimizer"));
-    loader.load_state_dict(loaded.at("dataloader"));
-    step = loaded.at("train_state").at("step").item<int64_t>();
-    if (rank == 0) fmt::print("custom_loop: resumed at step {}\n", step);
-  }
+                                            dist->world, checkpoint::RankPlace{rank, world, rank, world}, job);
+  if (checkpoints.load() && rank == 0) fmt::print("custom_loop: resumed at step {}\n", job.step);
+  int64_t& step = job.step;
 
   while (step < steps) {
     auto batch = loader.next();
@@ -111,7 +120,7 @@ int main(int argc, char** argv) try {
     auto global_loss = loss.detach().clone();
     dist->world->all_reduce(global_loss, distributed::ReduceOp::kSum);
     if (rank == 0) fmt::print("custom_loop: step {} loss {:.4f}\n", step, global_loss.item<double>());
-    checkpoints.after_step(step, step == steps, state, layouts);
+    checkpoints.after_step(step, step == steps);
   }
   checkpoints.finish();
   return 0;

@@ -41,9 +41,10 @@ bool is_model_only(const std::filesystem::path& step_dir) {
 }  // namespace
 
 CheckpointManager::CheckpointManager(const config::JobConfig& config, std::shared_ptr<Coordinator> coordinator,
-                                     std::shared_ptr<distributed::Communicator> world, RankPlace place)
+                                     std::shared_ptr<distributed::Communicator> world, RankPlace place,
+                                     Stateful& job)
     : config_(config), config_toml_(config::to_toml(config)), coordinator_(std::move(coordinator)),
-      world_(std::move(world)), place_(place),
+      world_(std::move(world)), place_(place), job_(&job),
       folder_(std::filesystem::path(config.job.dump_folder) / config.checkpoint.folder),
       async_(config.checkpoint.async_mode == config::AsyncMode::kAsync) {
   if (config_.checkpoint.create_seed_checkpoint && place_.world_size != 1) {
@@ -109,7 +110,14 @@ std::string CheckpointManager::saved_model_differences(const std::string& saved_
   return "; the checkpoint's job had " + fmt::format("{}", fmt::join(differences, ", "));
 }
 
-bool CheckpointManager::load(PartStates& state, const PartLayouts& layouts) {
+bool CheckpointManager::load() {
+  auto state = job_->load_targets();
+  if (!load_first_usable(state, job_->shard_layouts())) return false;
+  job_->load_state_dicts(state);
+  return true;
+}
+
+bool CheckpointManager::load_first_usable(PartStates& state, const PartLayouts& layouts) {
   const auto& c = config_.checkpoint;
   if (c.enable) {
     // Rank 0's listing is the one every rank walks, so all try the same checkpoints in order.
@@ -253,17 +261,17 @@ std::string CheckpointManager::save(int64_t step, PartStates state, const PartLa
   return "";
 }
 
-void CheckpointManager::save_seed(const PartStates& state) {
-  auto error = save(0, state, {}, true);
+void CheckpointManager::save_seed() {
+  auto error = save(0, job_->state_dicts(), {}, true);
   if (!error.empty()) throw IoError(error);
   worker_.wait();
 }
 
-void CheckpointManager::step_starting(int64_t done_steps, const std::function<PartStates()>& state) {
+void CheckpointManager::step_starting(int64_t done_steps) {
   if (!config_.checkpoint.enable) return;
   boundary_state_.clear();
   boundary_step_ = done_steps;
-  for (const auto& [part, dict] : state()) {
+  for (const auto& [part, dict] : job_->state_dicts()) {
     if (is_per_rank_part(part)) boundary_state_[part] = dict;  // fresh copies from state_dicts()
   }
 }
@@ -315,15 +323,14 @@ void CheckpointManager::record_validation_loss(int64_t step, double loss) {
   if (loss < best_so_far) pending_best_ = BestCheckpoint{step, loss};
 }
 
-bool CheckpointManager::after_step(int64_t step, bool last, const std::function<PartStates()>& state,
-                                   const PartLayouts& layouts) {
+bool CheckpointManager::after_step(int64_t step, bool last) {
   if (!config_.checkpoint.enable) return false;
   inject_faults_after_step(step, place_.rank);
   const bool stop = any_rank_stopping();
   if (stop && place_.rank == 0) spdlog::warn("SIGTERM: saving an emergency checkpoint at step {}, then stopping", step);
   if (!stop && !save_due(step, last)) return false;
   const bool model_only = last && !stop && config_.checkpoint.last_save_model_only;
-  auto error = save(step, state(), layouts, model_only);
+  auto error = save(step, job_->state_dicts(), job_->shard_layouts(), model_only);
   if (!error.empty()) {
     // The previous checkpoint is intact; training goes on, except after the last step.
     save_failed_ = last || stop;
@@ -334,8 +341,7 @@ bool CheckpointManager::after_step(int64_t step, bool last, const std::function<
   return stop;
 }
 
-void CheckpointManager::on_exception(int64_t step, bool optimizer_started, PartStates state,
-                                     const PartLayouts& layouts, const std::string& what) {
+void CheckpointManager::on_exception(int64_t step, bool optimizer_started, const std::string& what) {
   if (!config_.checkpoint.enable) return;
   std::string why_not;
   if (place_.world_size > 1) {
@@ -355,11 +361,12 @@ void CheckpointManager::on_exception(int64_t step, bool optimizer_started, PartS
   // Inside a step, parameters and optimizer are still those after `step`; the per-rank parts go
   // back to the step start, so the batch that failed is read again on resume. After a step
   // completed (logging, validation), the live state is that of `step` as it is.
+  auto state = job_->state_dicts();
   if (boundary_step_ == step) {
     for (auto& [part, dict] : boundary_state_) state[part] = dict;
   }
   spdlog::error("step {} failed ({}): saving an emergency checkpoint at step {}", step + 1, what, step);
-  auto error = save(step, std::move(state), layouts, false);
+  auto error = save(step, std::move(state), job_->shard_layouts(), false);
   worker_.wait();
   if (!error.empty()) spdlog::error("emergency checkpoint failed: {}", error);
 }

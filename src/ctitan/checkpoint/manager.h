@@ -1,7 +1,8 @@
 #pragma once
-// CheckpointManager: the [checkpoint] policy around the sharded save and load. The trainer calls
-// load() once at startup, step_starting() and after_step() around every step, and
-// on_exception() when a step throws. See docs/CHECKPOINT_FORMAT.md.
+// CheckpointManager: the [checkpoint] policy around the sharded save and load of one job's
+// Stateful parts, given once. The trainer calls load() once at startup, step_starting() and
+// after_step() around every step, and on_exception() when a step throws. See
+// docs/CHECKPOINT_FORMAT.md.
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -16,6 +17,7 @@
 #include "ctitan/checkpoint/coordinator.h"
 #include "ctitan/checkpoint/retention.h"
 #include "ctitan/checkpoint/state_loader.h"
+#include "ctitan/checkpoint/stateful.h"
 #include "ctitan/common/state_dict.h"
 #include "ctitan/config/job_config.h"
 
@@ -25,38 +27,36 @@ class Communicator;
 
 namespace ctitan::checkpoint {
 
-using PartStates = std::map<std::string, StateDict>;
-using PartLayouts = std::map<std::string, ShardLayouts>;
-
 class CheckpointManager {
  public:
-  // `world` (null for one process) decides collectively, once per step, whether any rank got SIGTERM.
+  // `world` (null for one process) decides collectively, once per step, whether any rank got
+  // SIGTERM. `job` is what every save and load reads and fills; it outlives the manager.
   CheckpointManager(const config::JobConfig& config, std::shared_ptr<Coordinator> coordinator,
-                    std::shared_ptr<distributed::Communicator> world, RankPlace place);
+                    std::shared_ptr<distributed::Communicator> world, RankPlace place, Stateful& job);
   ~CheckpointManager();
 
   // Resumes from checkpoint.load_step or the newest valid checkpoint of the folder, falling back
-  // past corrupt ones with a warning; else from checkpoint.initial_load_path. Fills `state` in
-  // place (per-rank parts are replaced) and returns true if anything was loaded. Throws
-  // InputError when checkpoints exist but none is usable.
-  bool load(PartStates& state, const PartLayouts& layouts);
+  // past corrupt ones with a warning; else from checkpoint.initial_load_path. Fills the job's
+  // load_targets() in place (per-rank parts are replaced), hands them to its load_state_dicts()
+  // and returns true, or returns false if there was nothing to load. Throws InputError when
+  // checkpoints exist but none is usable.
+  bool load();
 
   // create_seed_checkpoint: writes step-0 with the model only (one process only).
-  void save_seed(const PartStates& state);
+  void save_seed();
 
   // Before step `done_steps` + 1 fetches its batch: keeps the per-rank parts, so that a step
   // that throws can still be saved as the state of the step boundary before it.
-  void step_starting(int64_t done_steps, const std::function<PartStates()>& state);
+  void step_starting(int64_t done_steps);
 
   // After `step` completed: injects test faults, agrees on SIGTERM, saves when due. Returns true
   // when training must stop now (a rank got SIGTERM; the emergency checkpoint is written).
-  bool after_step(int64_t step, bool last, const std::function<PartStates()>& state, const PartLayouts& layouts);
+  bool after_step(int64_t step, bool last);
 
   // An exception escaped training with `step` steps done. Saves an emergency checkpoint at `step`
   // when the state is consistent (one process, parameters not partly updated, not itself a
   // failed save), else logs why not.
-  void on_exception(int64_t step, bool optimizer_started, PartStates state, const PartLayouts& layouts,
-                    const std::string& what);
+  void on_exception(int64_t step, bool optimizer_started, const std::string& what);
 
   // checkpoint.keep_best: the validation loss measured after `step` (the same on every rank). A new
   // best makes after_step(step) save, and that checkpoint is kept by retention (best.json).
@@ -78,10 +78,15 @@ class CheckpointManager {
   // The timeout of the ranks' plan and result exchanges (comm.train_timeout_seconds after step 1).
   void set_timeout(std::chrono::milliseconds timeout) { coordinator_->set_timeout(timeout); }
 
-  // Saves `state` as step `step` now (collective). Returns "" or the one-line error.
-  std::string save(int64_t step, PartStates state, const PartLayouts& layouts, bool model_only);
+  // Saves the job's state as step `step` now (collective). Returns "" or the one-line error.
+  std::string save(int64_t step, bool model_only = false) {
+    return save(step, job_->state_dicts(), job_->shard_layouts(), model_only);
+  }
 
  private:
+  std::string save(int64_t step, PartStates state, const PartLayouts& layouts, bool model_only);
+  // The newest usable checkpoint (or initial_load_path) into `state`; false if none to load.
+  bool load_first_usable(PartStates& state, const PartLayouts& layouts);
   // "" or the one-line reason `step_dir` cannot be loaded; `expected_step` (>= 0) is the step its
   // folder name says, which its metadata must agree with.
   std::string try_load(const std::filesystem::path& step_dir, PartStates& state, const PartLayouts& layouts,
@@ -102,6 +107,7 @@ class CheckpointManager {
   std::shared_ptr<Coordinator> coordinator_;
   std::shared_ptr<distributed::Communicator> world_;
   RankPlace place_;
+  Stateful* job_;
   std::filesystem::path folder_;
   bool async_;
   PartStates boundary_state_;  // per-rank parts at the last step start

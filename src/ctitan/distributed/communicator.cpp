@@ -165,6 +165,10 @@ std::shared_ptr<Communicator> Communicator::create(c10::intrusive_ptr<c10d::Stor
   return comm;
 }
 
+std::shared_ptr<Communicator> Communicator::create_local(std::string name, std::chrono::milliseconds timeout) {
+  return std::shared_ptr<Communicator>(new Communicator(std::move(name), 0, 1, timeout));
+}
+
 std::shared_ptr<Communicator> Communicator::create_for_ranks(c10::intrusive_ptr<c10d::Store> store, std::string name,
                                                              const std::vector<int>& ranks, int global_rank,
                                                              std::chrono::milliseconds timeout,
@@ -224,7 +228,7 @@ std::shared_ptr<detail::WorkState> Communicator::new_state(const char* op, std::
 
 void Communicator::set_timeout(std::chrono::milliseconds t) {
   timeout_ms_ = t.count();
-  gloo_->set_timeout(t);
+  if (gloo_) gloo_->set_timeout(t);
   if (nccl_) nccl_->set_timeout(t);
 }
 
@@ -260,7 +264,7 @@ std::shared_ptr<Work> Communicator::all_reduce(torch::Tensor t, ReduceOp op, boo
   auto started = Clock::now();
   check_reduction("all_reduce", op, t);
   auto state = begin("all_reduce", t);
-  if (t.numel() == 0) return issue(state, {}, async_op, started);
+  if (t.numel() == 0 || !gloo_) return issue(state, {}, async_op, started);
   return issue(state, start(*state, [&] { return backend_for(t).all_reduce(t, op); }), async_op, started);
 }
 
@@ -272,13 +276,17 @@ std::shared_ptr<Work> Communicator::broadcast(torch::Tensor t, int root, bool as
                                 size_));
   }
   auto state = begin("broadcast", t);
-  if (t.numel() == 0) return issue(state, {}, async_op, started);
+  if (t.numel() == 0 || !gloo_) return issue(state, {}, async_op, started);
   return issue(state, start(*state, [&] { return backend_for(t).broadcast(t, root); }), async_op, started);
 }
 
 void Communicator::barrier() {
   auto started = Clock::now();
   auto state = begin("barrier", torch::Tensor());
+  if (!gloo_) {
+    issue(state, {}, /*async_op=*/false, started);
+    return;
+  }
   issue(state, start(*state, [&] { return gloo_->barrier(); }), /*async_op=*/false, started);
 }
 
@@ -287,6 +295,10 @@ std::shared_ptr<Work> Communicator::all_gather_into_tensor(torch::Tensor output,
   check_pair("all_gather_into_tensor", output, input, size_, "output", "input");
   auto state = begin("all_gather", output);
   if (output.numel() == 0) return issue(state, {}, async_op, started);
+  if (!gloo_) {
+    output.copy_(input);  // the gathered tensor is this rank's own
+    return issue(state, {}, async_op, started);
+  }
   return issue(state, start(*state, [&] { return backend_for(output).all_gather_into_tensor(output, input); }),
                async_op, started);
 }
@@ -298,6 +310,10 @@ std::shared_ptr<Work> Communicator::reduce_scatter_tensor(torch::Tensor output, 
   check_reduction("reduce_scatter_tensor", op, input);
   auto state = begin("reduce_scatter", input);
   if (input.numel() == 0) return issue(state, {}, async_op, started);
+  if (!gloo_) {
+    output.copy_(input);  // the reduction over one rank, sum or average, is its own input
+    return issue(state, {}, async_op, started);
+  }
   return issue(state, start(*state, [&] { return backend_for(input).reduce_scatter_tensor(output, input, op); }),
                async_op, started);
 }

@@ -56,6 +56,10 @@ class Communicator {
   static std::shared_ptr<Communicator> create(c10::intrusive_ptr<c10d::Store> store, std::string name,
                                               int rank_in_group, int group_size, std::chrono::milliseconds timeout,
                                               const std::string& bind_host = "");
+  // A group of one rank without any transport, for a job that is a world of one: its collectives
+  // are exact local identities (an all-gather or reduce-scatter copies its input), and it never
+  // touches Gloo or NCCL. create() with group_size 1 still runs them through the transport.
+  static std::shared_ptr<Communicator> create_local(std::string name, std::chrono::milliseconds timeout);
   // The same for a group named by global ranks; `global_rank` must be one of `ranks`, and its
   // index there is its rank in the group.
   static std::shared_ptr<Communicator> create_for_ranks(c10::intrusive_ptr<c10d::Store> store, std::string name,
@@ -106,7 +110,11 @@ class Communicator {
   // Collectives issued so far on this group by this rank (the "#17" of error messages).
   int64_t sequence_number() const { return sequence_.load(); }
   // The c10d backend for CPU tensors (Gloo), for benchmarks that time upstream's own algorithms.
-  c10::intrusive_ptr<c10d::Backend> gloo_backend() const { return gloo_->c10d_backend(); }
+  // A create_local() group has none.
+  c10::intrusive_ptr<c10d::Backend> gloo_backend() const {
+    if (!gloo_) throw std::logic_error("group '" + name_ + "' has no transport (create_local)");
+    return gloo_->c10d_backend();
+  }
 
  private:
   Communicator(std::string name, int rank, int size, std::chrono::milliseconds timeout);
@@ -134,7 +142,7 @@ class Communicator {
   std::shared_ptr<StatsTable> stats_ = std::make_shared<StatsTable>();
   std::shared_ptr<GroupHealth> health_ = std::make_shared<GroupHealth>();
   std::shared_ptr<ProgressBoard> progress_;
-  std::unique_ptr<CollectiveBackend> gloo_;
+  std::unique_ptr<CollectiveBackend> gloo_;  // null in a create_local() group
   std::unique_ptr<CollectiveBackend> nccl_;  // CTITAN_WITH_NCCL and a GPU visible; never run here
 };
 

@@ -89,6 +89,15 @@ void DeviceMesh::create_groups(const c10::intrusive_ptr<c10d::Store>& store, std
   }
 }
 
+void DeviceMesh::create_local_groups(std::chrono::milliseconds timeout) {
+  std::vector<std::string> all = names_;
+  for (const auto& [name, _] : flattened_) all.push_back(name);
+  for (const auto& name : all) {
+    if (group_ranks(name).size() != 1) throw std::logic_error(fmt::format("mesh dim '{}' has more than one rank", name));
+    groups_[name] = Communicator::create_local(name, timeout);
+  }
+}
+
 void DeviceMesh::set_timeouts(std::chrono::milliseconds timeout) {
   // groups_ is ordered by name, the same on every rank: the barriers meet in the same order.
   for (auto& [name, group] : groups_) {

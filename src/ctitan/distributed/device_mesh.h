@@ -35,6 +35,8 @@ class DeviceMesh {
   // Creates this rank's group along every dimension and every flattened name. Only the members of
   // a group take part in creating it, so ranks never wait on groups they are not in.
   void create_groups(const c10::intrusive_ptr<c10d::Store>& store, std::chrono::milliseconds timeout);
+  // A mesh of one rank (a world of one): every group is Communicator::create_local, no transport.
+  void create_local_groups(std::chrono::milliseconds timeout);
   std::shared_ptr<Communicator> group(const std::string& dim) const;
 
   // Every group of this rank gets `timeout` (torchtitan's set_pg_timeouts): each group first

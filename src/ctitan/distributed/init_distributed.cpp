@@ -15,6 +15,8 @@
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/distributed/store.h"
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
 namespace ctitan::distributed {
 namespace {
 
@@ -158,12 +160,21 @@ void join_rendezvous(c10d::Store& store, int rank, int world_size, std::chrono::
 std::unique_ptr<DistContext> init_distributed(const config::JobConfig& config, const DistEnv& env) {
   auto ctx = std::make_unique<DistContext>();
   ctx->env = env;
+  // One process asking for more ranks (a degree above 1) is an error here, not silently ignored.
   ctx->dims = ParallelDims::from_config(config.parallelism, env.world_size);
   auto timeout = std::chrono::milliseconds(config.comm.init_timeout_seconds * 1000);
-  ctx->store = connect_store(env, timeout);
-  join_rendezvous(*ctx->store, env.rank, env.world_size, timeout);
-  check_configs_agree(*ctx->store, env.rank, env.world_size, config::to_toml(config));
-  ctx->world = Communicator::create(ctx->store, "world", env.rank, env.world_size, timeout);
+  const bool alone = !env.distributed();
+  if (alone) {
+    // A world of one: nobody to meet, so no TCP store and no rendezvous; its groups have one
+    // rank and no transport (Communicator::create_local).
+    ctx->store = c10::make_intrusive<c10d::HashStore>();
+  } else {
+    ctx->store = connect_store(env, timeout);
+    join_rendezvous(*ctx->store, env.rank, env.world_size, timeout);
+    check_configs_agree(*ctx->store, env.rank, env.world_size, config::to_toml(config));
+  }
+  ctx->world = alone ? Communicator::create_local("world", timeout)
+                    : Communicator::create(ctx->store, "world", env.rank, env.world_size, timeout);
 
   std::vector<std::string> names;
   std::vector<int64_t> sizes;
@@ -187,6 +198,10 @@ std::unique_ptr<DistContext> init_distributed(const config::JobConfig& config, c
     auto loss_dims = dp_dims;
     loss_dims.insert(loss_dims.begin(), "pp");
     ctx->mesh->flatten(loss_dims, "loss");
+  }
+  if (alone) {
+    ctx->mesh->create_local_groups(timeout);
+    return ctx;
   }
   ctx->mesh->create_groups(ctx->store, timeout);
   spdlog::info("rank {}/{} joined ({} launcher, restart round {}); mesh {}", env.rank, env.world_size, env.source,

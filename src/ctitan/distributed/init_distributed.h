@@ -15,14 +15,21 @@ namespace ctitan::distributed {
 
 class Communicator;
 
+// Where this process sits in the job. A single process is a world of one: the same context, with
+// an in-process store and groups of one rank whose collectives never leave it.
 struct DistContext {
   DistEnv env;
   ParallelDims dims;
   c10::intrusive_ptr<c10d::Store> store;
   std::shared_ptr<Communicator> world;
   std::unique_ptr<DeviceMesh> mesh;  // dims with size > 1; "dp" flattens dp_replicate x dp_shard
+
+  // The ranks whose losses add up to the step's loss: the data-parallel ranks, and under PP
+  // their pipelines' ranks too (those without the last stage add an exact 0).
+  std::shared_ptr<Communicator> loss_group() const { return mesh->group(dims.pp_enabled() ? "loss" : "dp"); }
 };
 
+// Joins the job described by `env`, or makes a world of one when it names no other rank.
 // Everything is bounded by comm.init_timeout_seconds: a rank that never arrives is an error
 // naming it, never a hang.
 std::unique_ptr<DistContext> init_distributed(const config::JobConfig& config, const DistEnv& env);

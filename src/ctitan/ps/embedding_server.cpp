@@ -19,9 +19,9 @@ EmbeddingServer::EmbeddingServer(config::JobConfig config, PsLayout layout)
     : config_(std::move(config)), layout_(layout), model_(build_seeded_model(config_)) {
   // One rank writes the whole state: the trainers' parts arrive by RPC when a save is due.
   checkpointer_ = std::make_unique<checkpoint::CheckpointManager>(config_, checkpoint::local_coordinator(), nullptr,
-                                                                  checkpoint::RankPlace{0, 1, 0, 1});
+                                                                  checkpoint::RankPlace{0, 1, 0, 1}, *this);
   schedule_ = std::make_unique<components::LrScheduler>(config_.lr_scheduler, config_.training.steps, config_.optimizer.lr);
-  resume();
+  checkpointer_->load();
   backward_done_ = std::make_shared<GradientRound>(layout_.trainers(), step_ + 1, "gradient");
   round_ = std::make_shared<GradientRound>(layout_.trainers(), step_ + 1, "report");
   metrics_ = make_server_metrics(config_, model_, layout_, stats_, step_);
@@ -87,8 +87,7 @@ std::map<std::string, StateDict> EmbeddingServer::state_dicts() const {
   return assemble(trainers);
 }
 
-void EmbeddingServer::resume() {
-  // The shapes of every trainer's state: the server's own model stands for each trainer's.
+std::map<std::string, StateDict> EmbeddingServer::load_targets() const {
   std::vector<std::pair<std::string, torch::Tensor>> copies;
   TrainerState shape;
   for (const auto& [fqn, p] : model_.named_params) {
@@ -106,8 +105,10 @@ void EmbeddingServer::resume() {
       for (const auto& [key, tensor] : *from) (*to)[key] = tensor.clone();
     }
   }
-  auto parts = assemble(trainers);
-  if (!checkpointer_->load(parts, {})) return;
+  return assemble(trainers);
+}
+
+void EmbeddingServer::load_state_dicts(const std::map<std::string, StateDict>& parts) {
   {
     torch::NoGradGuard no_grad;
     model_.model->tok_embeddings->weight.copy_(require_state(parts.at("model"), kEmbedding));
@@ -177,7 +178,7 @@ void EmbeddingServer::run() {
     }
     if (config_.validation.enable && (step_ % config_.validation.freq == 0 || step_ == t.steps)) validate();
     // While the trainers wait: a checkpoint of this step sees them all after it.
-    const bool stop = checkpointer_->after_step(step_, step_ == t.steps, [this] { return state_dicts(); }, {});
+    const bool stop = checkpointer_->after_step(step_, step_ == t.steps);
     round_->finish(torch::zeros({0}));
     if (stop) {
       throw std::runtime_error(fmt::format("ps: stopped by SIGTERM after step {} (its checkpoint is saved)", step_));

@@ -44,7 +44,7 @@ struct TrainerState {
   StateDict model, optimizer, lr_scheduler;
 };
 
-class EmbeddingServer {
+class EmbeddingServer : public checkpoint::Stateful {
  public:
   EmbeddingServer(config::JobConfig config, PsLayout layout);
 
@@ -66,9 +66,12 @@ class EmbeddingServer {
   // The checkpoint's parts from the trainers' states, the embedding and the step.
   std::map<std::string, StateDict> assemble(const std::map<int, TrainerState>& trainers) const;
   // Every trainer's state, fetched (ps.trainer_state) while all wait in the round's reports.
-  std::map<std::string, StateDict> state_dicts() const;
-  // Loads the newest checkpoint, if any, into the embedding and trainer_states_.
-  void resume();
+  std::map<std::string, StateDict> state_dicts() const override;
+  // What a resume fills, before any trainer is reachable: the server's own model stands for
+  // each trainer's.
+  std::map<std::string, StateDict> load_targets() const override;
+  // Takes a loaded checkpoint into the embedding, the step and trainer_states_.
+  void load_state_dicts(const std::map<std::string, StateDict>& parts) override;
   // Validation of trainer 1's model (run_validation), while every trainer waits in its report.
   void validate();
 

@@ -22,9 +22,8 @@ ParameterServer::ParameterServer(config::JobConfig config, PsLayout layout)
   // One rank writes the whole state: the trainers hold nothing a resumed run needs but their
   // dataloader positions, which arrive with every push.
   checkpointer_ = std::make_unique<checkpoint::CheckpointManager>(config_, checkpoint::local_coordinator(), nullptr,
-                                                                  checkpoint::RankPlace{0, 1, 0, 1});
-  auto state = state_dicts();
-  if (checkpointer_->load(state, {})) load_state_dicts(state);
+                                                                  checkpoint::RankPlace{0, 1, 0, 1}, *this);
+  checkpointer_->load();
   round_ = std::make_shared<GradientRound>(layout_.trainers(), step_ + 1, "gradient");
   flat_params_ = flatten(model_.params);
 
@@ -50,7 +49,7 @@ void ParameterServer::run() {
   try {
     run_steps();
   } catch (const std::exception& e) {
-    checkpointer_->on_exception(step_, in_update_, state_dicts(), {}, e.what());
+    checkpointer_->on_exception(step_, in_update_, e.what());
     throw;
   }
 }
@@ -60,7 +59,7 @@ void ParameterServer::run_steps() {
   spdlog::info("ps: training steps {} .. {}", step_ + 1, t.steps);
   metrics_->start_window();
   while (step_ < t.steps) {
-    checkpointer_->step_starting(step_, [this] { return state_dicts(); });
+    checkpointer_->step_starting(step_);
     // The first round includes every trainer's model build and first batch; later rounds one step.
     auto pushes = round_->wait_full(config_.ps.round_timeout_seconds);
     int64_t tokens = 0;
@@ -85,7 +84,7 @@ void ParameterServer::run_steps() {
     if (step_ % config_.metrics.log_freq == 0 || step_ == t.steps) log_step(pushes, grad_norm);
     // The trainers compute the next step meanwhile; its round waits for this.
     if (config_.validation.enable && (step_ % config_.validation.freq == 0 || step_ == t.steps)) validate();
-    if (checkpointer_->after_step(step_, step_ == t.steps, [this] { return state_dicts(); }, {})) {
+    if (checkpointer_->after_step(step_, step_ == t.steps)) {
       // SIGTERM: the checkpoint of this step is written; the trainers are left waiting for the
       // next round and fail when this process exits.
       throw std::runtime_error(fmt::format("ps: stopped by SIGTERM after step {} (its checkpoint is saved)", step_));

@@ -28,7 +28,7 @@
 
 namespace ctitan::ps {
 
-class ParameterServer {
+class ParameterServer : public checkpoint::Stateful {
  public:
   ParameterServer(config::JobConfig config, PsLayout layout);
 
@@ -43,9 +43,9 @@ class ParameterServer {
  private:
   void run_steps();
   // Every stateful part by name, as train::Trainer::state_dicts() (no rng: nothing here draws).
-  std::map<std::string, StateDict> state_dicts() const;
+  std::map<std::string, StateDict> state_dicts() const override;
   // Fills the parameters, optimizer, schedule, step and the trainers' dataloader states.
-  void load_state_dicts(const std::map<std::string, StateDict>& state);
+  void load_state_dicts(const std::map<std::string, StateDict>& state) override;
   // Sum in rank order, divide by the tokens, clip, step, schedule. Returns the norm before clipping.
   torch::Tensor update(const std::vector<Push>& pushes, int64_t tokens);
   void log_step(const std::vector<Push>& pushes, const torch::Tensor& grad_norm);

@@ -24,7 +24,6 @@
 #include "ctitan/metrics/profiler.h"
 #include "ctitan/models/common/flops.h"
 #include "ctitan/models/common/parameter_shapes.h"
-#include "ctitan/components/autocast.h"
 #include "ctitan/train/determinism.h"
 #include "ctitan/components/grad_clip.h"
 #include "ctitan/components/loss.h"
@@ -44,16 +43,10 @@ Trainer::Trainer(config::JobConfig config)
     : config_(std::move(config)), device_(pick_device(config_)),
       bf16_(config_.training.mixed_precision_param == torch::kBFloat16) {
   metrics::install_memory_tracker();
-  auto env = distributed::read_dist_env();
-  if (env.distributed()) {
-    dist_ = distributed::init_distributed(config_, env);
-    dp_group_ = dist_->mesh->group("dp");
-    dp_degree_ = dist_->dims.dp();
-    dp_rank_ = dist_->mesh->local_rank("dp");
-  } else {
-    // One process: degrees that ask for more ranks are an error, not silently ignored.
-    distributed::ParallelDims::from_config(config_.parallelism, 1);
-  }
+  dist_ = distributed::init_distributed(config_, distributed::read_dist_env());
+  dp_group_ = dist_->mesh->group("dp");
+  dp_degree_ = dist_->dims.dp();
+  dp_rank_ = dist_->mesh->local_rank("dp");
   const auto& t = config_.training;
   torch::manual_seed(uint64_t(config_.debug.seed));
   if (config_.debug.deterministic) use_deterministic_algorithms(device_);
@@ -63,13 +56,11 @@ Trainer::Trainer(config::JobConfig config)
   }
   auto args = model_args_from_config(config_, tokenizer_.get());
   refuse_if_the_step_cannot_fit(args);
-  refuse_layouts_the_model_lacks(args);
-  model_ = build_model(args, device_);
-  setup_parallelism();
+  parallel::refuse_layouts_the_model_lacks(args, dist_->dims, config_);
+  model_ = parallel::parallelize(build_model(args, device_), *dist_, config_, device_);
 
   const auto& o = config_.optimizer;
-  optimizer_ = std::make_unique<components::AdamW>(trained_parameters(), components::AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
-  grad_norm_groups_ = make_grad_norm_groups();  // the parameters are fixed from here on
+  optimizer_ = std::make_unique<components::AdamW>(model_->trained_parameters(), components::AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
   lr_scheduler_ = std::make_unique<components::LrScheduler>(config_.lr_scheduler, t.steps, o.lr);
 
   int64_t global_batch = t.global_batch_size > 0 ? t.global_batch_size : t.local_batch_size * dp_degree_;
@@ -84,16 +75,12 @@ Trainer::Trainer(config::JobConfig config)
   auto peak = metrics::resolve_peak_flops(config_.metrics.peak_flops, bf16_ ? torch::kBFloat16 : torch::kFloat, device_);
 
   checkpointer_ = std::make_unique<checkpoint::CheckpointManager>(
-      config_, dist_ ? checkpoint::store_coordinator(dist_->store, dist_->env.rank, dist_->env.world_size)
-                     : checkpoint::local_coordinator(),
-      dist_ ? dist_->world : nullptr,
-      checkpoint::RankPlace{dist_ ? dist_->env.rank : 0, dist_ ? dist_->env.world_size : 1, int(dp_rank_),
-                            int(dp_degree_)});
+      config_, checkpoint::store_coordinator(dist_->store, dist_->env.rank, dist_->env.world_size), dist_->world,
+      checkpoint::RankPlace{dist_->env.rank, dist_->env.world_size, int(dp_rank_), int(dp_degree_)}, *this);
   std::set<std::string> model_keys;  // the whole model's, whatever this rank's stage holds
   for (const auto& [fqn, shape] : models::parameter_shapes(args)) model_keys.insert(fqn);
   checkpointer_->expect_model_keys(std::move(model_keys));
-  auto state = state_dicts();
-  if (checkpointer_->load(state, shard_layouts())) load_state_dicts(state);
+  checkpointer_->load();
   if (step_ > t.steps) {
     // Resuming would log "steps 7 .. 3", train nothing and exit 0 as if the job were done.
     throw ConfigError(fmt::format("training.steps {} ends before the checkpoint's step {} (in {}): raise "
@@ -103,10 +90,9 @@ Trainer::Trainer(config::JobConfig config)
 
   // Under PP the loss is summed over pp as well: ranks without the last stage add an exact 0, so
   // rank 0 logs the real loss (torchtitan's first stage logs -1).
-  auto loss_group = dist_ && dist_->dims.pp_enabled() ? dist_->mesh->group("loss") : dp_group_;
-  metrics::MetricsSetup metrics{flops_per_token, peak.flops, loss_group, dist_ ? dist_->world : nullptr};
-  if (pipeline_) {
-    metrics.pp_bubble_theory = pipeline_->theoretical_bubble();
+  metrics::MetricsSetup metrics{flops_per_token, peak.flops, dist_->loss_group(), dist_->world};
+  if (auto bubble = model_->pipeline_bubble_theory()) {
+    metrics.pp_bubble_theory = *bubble;
     metrics.pp_rank = int(dist_->mesh->local_rank("pp"));
     metrics.pp_size = int(dist_->dims.pp);
   }
@@ -114,18 +100,18 @@ Trainer::Trainer(config::JobConfig config)
     metrics.cuda_device = device_.index();
     metrics.memory_capacity_bytes = cuda::device_memory_stats(device_.index()).capacity_bytes;
   } else {
-    metrics.memory_capacity_bytes = metrics::physical_memory_bytes() / (dist_ ? dist_->env.local_world_size : 1);
+    metrics.memory_capacity_bytes = metrics::physical_memory_bytes() / dist_->env.local_world_size;
   }
-  if (dist_) {
+  if (dist_->env.world_size > 1) {  // a world of one communicates nothing
     metrics.comm_bytes = [mesh = dist_->mesh.get()] { return mesh->comm_bytes(); };
     metrics.comm_seconds = [mesh = dist_->mesh.get()] { return mesh->comm_seconds(); };
     metrics.link_bytes_per_s = link_bytes_per_second();
   }
-  if (config_.metrics.enable_jsonl && (!dist_ || dist_->env.rank == 0)) {
+  if (config_.metrics.enable_jsonl && dist_->env.rank == 0) {
     metrics.jsonl_path = (std::filesystem::path(config_.job.dump_folder) / "metrics.jsonl").string();
     metrics::prepare_metrics_file(metrics.jsonl_path, step_);  // after the load: step_ is where this run resumes
   }
-  if (config_.metrics.enable_tensorboard && (!dist_ || dist_->env.rank == 0)) {
+  if (config_.metrics.enable_tensorboard && dist_->env.rank == 0) {
     metrics.tensorboard_dir = (std::filesystem::path(config_.job.dump_folder) / config_.metrics.save_tb_folder /
                                fmt::format("{:%Y%m%d-%H%M}", fmt::localtime(std::time(nullptr))))
                                   .string();
@@ -151,7 +137,7 @@ Trainer::Trainer(config::JobConfig config)
   }
   spdlog::info("device {}, {} intra-op threads, compute {}, seq_len {}, local batch {}, grad accumulation {}",
                device_.str(), at::get_num_threads(),
-               !bf16_ ? "fp32" : dist_ && dist_->dims.fsdp_enabled() ? "bf16 parameters (FSDP param_dtype), fp32 master shards"
+               !bf16_ ? "fp32" : dist_->dims.fsdp_enabled() ? "bf16 parameters (FSDP param_dtype), fp32 master shards"
                                        : "bf16 autocast (fp32 master weights)",
                t.seq_len, t.local_batch_size, grad_accum_steps_);
   spdlog::info("FLOPs per token {:.3e}; peak {:.3f} TFLOP/s for MFU ({})", flops_per_token, peak.flops / 1e12,
@@ -167,8 +153,8 @@ void Trainer::refuse_if_the_step_cannot_fit(const models::ModelArgs& args) const
     return;
   }
   auto hw = metrics::hardware_profile("cpu");
-  hw.memory_bytes = metrics::physical_memory_bytes() / (dist_ ? dist_->env.local_world_size : 1);
-  auto job = metrics::job_shape_from_config(config_, args, dist_ ? dist_->env.world_size : 1);
+  hw.memory_bytes = metrics::physical_memory_bytes() / dist_->env.local_world_size;
+  auto job = metrics::job_shape_from_config(config_, args, dist_->env.world_size);
   auto memory = metrics::estimate_memory(job, hw);
   if (memory.peak_bytes <= hw.memory_bytes) return;
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
@@ -183,22 +169,13 @@ void Trainer::refuse_if_the_step_cannot_fit(const models::ModelArgs& args) const
 
 double Trainer::link_bytes_per_second() const {
   if (config_.comm.link_gbytes_per_s > 0) return config_.comm.link_gbytes_per_s * 1e9;
-  auto group = dp_group_ ? dp_group_ : dist_->world;
+  auto group = dp_group_->size() > 1 ? dp_group_ : dist_->world;
   // Every rank measures; the best any saw is what the link can do.
   auto best = torch::tensor(distributed::all_gather_bytes_per_second(*group, int64_t(64) << 20, 3, device_), torch::kDouble);
   dist_->world->all_reduce(best, distributed::ReduceOp::kMax);
   spdlog::info("link bandwidth for metrics: {:.2f} GB/s (a 64 MiB all-gather over {} ranks; set "
                "comm.link_gbytes_per_s to give it)", best.item<double>() / 1e9, group->size());
   return best.item<double>();
-}
-
-std::vector<std::pair<std::string, torch::Tensor>> Trainer::trained_parameters() const {
-  if (data_parallel_) return data_parallel_->parameters_to_optimize();
-  std::vector<std::pair<std::string, torch::Tensor>> named;
-  for (auto* part : model_parts()) {  // an interleaved schedule's stages have disjoint FQNs
-    for (const auto& item : part->named_parameters()) named.emplace_back(item.key(), item.value());
-  }
-  return named;
 }
 
 void Trainer::stop_if_not_finite(const torch::Tensor& grad_norm) {
@@ -229,15 +206,6 @@ void Trainer::check_no_non_finite_step() const {
   }
 }
 
-torch::Tensor Trainer::summed_loss(const torch::Tensor& logits, const torch::Tensor& labels) const {
-  if (tensor_parallel_ && tensor_parallel_->loss_parallel()) {
-    return tensor_parallel_->vocab_parallel_cross_entropy_sum(logits, labels, components::kIgnoreIndex);  // logits (B, T, V/tp)
-  }
-  // Every caller drops the logits once it has the loss (training, validation, the pipeline's
-  // last stage), so backward may write the gradient over them.
-  return components::summed_cross_entropy(logits, labels, ops::LogitsAfterLoss::kDiscarded);  // logits (B, T, V)
-}
-
 std::unique_ptr<data::PackedLoader> Trainer::make_loader(const std::string& path, const std::string& format,
                                                          const std::string& key) const {
   auto stream = data::open_token_stream(path, format, tokenizer_, key);
@@ -266,12 +234,14 @@ std::vector<data::Batch> Trainer::next_global_batch() {
 StepResult Trainer::train_step(const std::vector<data::Batch>& microbatches) {
   optimizer_->zero_grad();
   auto [loss, rank_loss] = forward_backward(microbatches);
-  // The norms' gradients came from this rank's sequence shard only: summed over tp they are whole.
-  if (tensor_parallel_) tensor_parallel_->reduce_replicated_gradients(trained_parameters());
-  auto grad_norm = components::clip_grad_norm(optimizer_->params(), config_.training.max_norm, grad_norm_groups_);
+  model_->finish_gradients();
+  auto grad_norm = components::clip_grad_norm(optimizer_->params(), config_.training.max_norm, model_->grad_norm_groups());
   stop_if_not_finite(grad_norm);
-  // TP's collectives block inside forward and backward (and the norms' sum and the grad norm).
-  if (tensor_parallel_) metrics_->add_comm_seconds(tensor_parallel_->take_exposed_comm_seconds());
+  // After the grad norm, whose collectives count as exposed communication too.
+  const auto times = model_->take_step_times();
+  metrics_->add_comm_seconds(times.exposed_comm_seconds);
+  metrics_->add_grad_sync_seconds(times.grad_sync_seconds);
+  if (times.pipeline) metrics_->add_pipeline_seconds(times.pipeline->busy, times.pipeline->total);
   in_optimizer_update_ = true;
   optimizer_->step(lr_scheduler_->current_lr());
   lr_scheduler_->step();
@@ -291,41 +261,17 @@ std::pair<torch::Tensor, torch::Tensor> Trainer::forward_backward(const std::vec
   auto global_tokens = torch::zeros({}, torch::TensorOptions(torch::kLong).device(device_));
   for (const auto& mb : microbatches) global_tokens += components::count_valid_tokens(mb.labels);
   const auto rank_tokens = global_tokens.clone();
-  if (dp_group_) {
-    auto start = std::chrono::steady_clock::now();
-    dp_group_->all_reduce(global_tokens, distributed::ReduceOp::kSum);
-    metrics_->add_comm_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
+  const auto start = std::chrono::steady_clock::now();
+  dp_group_->all_reduce(global_tokens, distributed::ReduceOp::kSum);
+  metrics_->add_comm_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   auto denominator = global_tokens.clamp_min(1).to(torch::kFloat);
 
   auto loss_total = torch::zeros({}, torch::TensorOptions(torch::kFloat).device(device_));
   for (size_t i = 0; i < microbatches.size(); ++i) {
     const auto& mb = microbatches[i];
     // Delayed sync reduces once, after the last microbatch; every_microbatch reduces each one.
-    const bool sync = i + 1 == microbatches.size() || sync_every_microbatch_;
-    if (pipeline_) {
-      // One schedule run over this batch's pipeline microbatches; the last stage divides by the
-      // same global token count, so nothing is rescaled afterwards.
-      loss_total += pipeline_->run(mb.inputs, mb.labels, denominator, sync);
-      continue;
-    }
-    if (data_parallel_) data_parallel_->set_requires_gradient_sync(sync);
-    torch::Tensor loss;
-    {
-      components::AutocastGuard autocast(bf16_, device_.type());
-      auto logits = model_->forward(mb.inputs);  // (B, T, vocab)
-      loss = summed_loss(logits, mb.labels) / denominator;
-    }
-    loss.backward();
-    loss_total += loss.detach();
-  }
-  if (pipeline_) {
-    const auto times = pipeline_->take_times();
-    metrics_->add_pipeline_seconds(times.busy, times.total);
-  }
-  if (data_parallel_) {
-    metrics_->add_comm_seconds(data_parallel_->take_exposed_comm_seconds());
-    metrics_->add_grad_sync_seconds(data_parallel_->take_grad_sync_seconds());
+    const bool reduce = i + 1 == microbatches.size() || model_->reduce_every_microbatch();
+    loss_total += model_->forward_backward(mb.inputs, mb.labels, denominator, reduce);
   }
   // This rank's share: the dp-group sum is the global mean. Rescaled to its own tokens, it is the
   // per-rank loss whose maximum torchtitan logs as global_max_loss.
@@ -334,11 +280,11 @@ std::pair<torch::Tensor, torch::Tensor> Trainer::forward_backward(const std::vec
 }
 
 void Trainer::train() {
-  if (config_.checkpoint.create_seed_checkpoint) return checkpointer_->save_seed(state_dicts());
+  if (config_.checkpoint.create_seed_checkpoint) return checkpointer_->save_seed();
   try {
     train_steps();
   } catch (const std::exception& e) {
-    checkpointer_->on_exception(step_, in_optimizer_update_, state_dicts(), shard_layouts(), e.what());
+    checkpointer_->on_exception(step_, in_optimizer_update_, e.what());
     throw;
   }
 }
@@ -348,13 +294,12 @@ void Trainer::train_steps() {
   spdlog::info("training steps {} .. {}", step_ + 1, t.steps);
   metrics_->start_window();
   while (step_ < t.steps) {
-    checkpointer_->step_starting(step_, [this] { return state_dicts(); });
+    checkpointer_->step_starting(step_);
     auto data_start = std::chrono::steady_clock::now();
     auto microbatches = next_global_batch();
     double data_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - data_start).count();
 
-    auto trace = metrics::maybe_trace_step(config_.profiling, config_.job.dump_folder, dist_ ? dist_->env.rank : 0,
-                                           step_ + 1);
+    auto trace = metrics::maybe_trace_step(config_.profiling, config_.job.dump_folder, dist_->env.rank, step_ + 1);
     auto result = train_step(microbatches);
     trace.reset();  // writes the trace; a traced step is slower than the others
     microbatches.clear();
@@ -362,7 +307,7 @@ void Trainer::train_steps() {
     ntokens_seen_ += result.tokens;
     // Throughput per device, as torchtitan: a tp group computes its dp rank's tokens together.
     // And a pipeline's stages compute them together too.
-    metrics_->record_step(result.tokens / (dist_ ? dist_->dims.tp * dist_->dims.pp : 1), data_seconds);
+    metrics_->record_step(result.tokens / (dist_->dims.tp * dist_->dims.pp), data_seconds);
 
     const bool last = step_ == t.steps;
     if (step_ % config_.metrics.log_freq == 0 || last) {
@@ -372,7 +317,7 @@ void Trainer::train_steps() {
     }
     if (config_.validation.enable && (step_ % config_.validation.freq == 0 || last)) validate();
     housekeeper_->maybe_run(step_);
-    if (step_ == 1 && dist_) {
+    if (step_ == 1) {
       // torchtitan's rule: the first step may be slow (allocation, warm-up); after it, a
       // collective that takes longer than train_timeout_seconds means a rank is stuck.
       auto timeout = std::chrono::milliseconds(config_.comm.train_timeout_seconds * 1000);
@@ -380,7 +325,7 @@ void Trainer::train_steps() {
       dist_->mesh->set_timeouts(timeout);
       checkpointer_->set_timeout(timeout);
     }
-    if (checkpointer_->after_step(step_, last, [this] { return state_dicts(); }, shard_layouts())) break;
+    if (checkpointer_->after_step(step_, last)) break;
   }
   checkpointer_->finish();
   metrics_->log_summary();
@@ -396,27 +341,15 @@ double Trainer::validate() {
   int64_t tokens = 0;
   for (int64_t i = 0; i < v.steps; ++i) {
     auto batch = loader->next();
-    if (pipeline_) {
-      // Stages forward the batch in turn; only the last stage's ranks hold a loss, summed over pp below.
-      loss_sum += pipeline_->evaluate(batch.inputs.to(device_), batch.labels.to(device_)).item<double>();
-    } else {
-      components::AutocastGuard autocast(bf16_, device_.type());
-      auto logits = model_->forward(batch.inputs.to(device_));
-      loss_sum += summed_loss(logits, batch.labels.to(device_)).item<double>();
-    }
+    loss_sum += model_->evaluate(batch.inputs.to(device_), batch.labels.to(device_)).item<double>();
     tokens += components::count_valid_tokens(batch.labels).item<int64_t>();
   }
-  if (pipeline_) {
-    auto total = torch::tensor(loss_sum, torch::kDouble);
-    dist_->mesh->group("pp")->all_reduce(total, distributed::ReduceOp::kSum);
-    loss_sum = total.item<double>();
-  }
-  if (dp_group_) {  // every dp rank evaluated its own shard of the validation windows
-    auto totals = torch::tensor({loss_sum, double(tokens)}, torch::kDouble);
-    dp_group_->all_reduce(totals, distributed::ReduceOp::kSum);
-    loss_sum = totals[0].item<double>();
-    tokens = int64_t(totals[1].item<double>());
-  }
+  loss_sum = model_->sum_over_stages(loss_sum);  // under PP only the last stage's ranks held a loss
+  // Every dp rank evaluated its own shard of the validation windows.
+  auto totals = torch::tensor({loss_sum, double(tokens)}, torch::kDouble);
+  dp_group_->all_reduce(totals, distributed::ReduceOp::kSum);
+  loss_sum = totals[0].item<double>();
+  tokens = int64_t(totals[1].item<double>());
   double loss = loss_sum / double(std::max<int64_t>(tokens, 1));
   metrics_->log_validation(step_, loss, tokens);
   checkpointer_->record_validation_loss(step_, loss);
@@ -425,7 +358,7 @@ double Trainer::validate() {
 
 std::map<std::string, StateDict> Trainer::state_dicts() const {
   StateDict model;
-  for (const auto& [fqn, p] : trained_parameters()) model[fqn] = p;
+  for (const auto& [fqn, p] : model_->trained_parameters()) model[fqn] = p;
   return {
       {"model", model},
       {"optimizer", optimizer_->state_dict()},
@@ -437,8 +370,7 @@ std::map<std::string, StateDict> Trainer::state_dicts() const {
 }
 
 std::map<std::string, ShardLayouts> Trainer::shard_layouts() const {
-  auto model = data_parallel_ ? data_parallel_->shard_layouts() : ShardLayouts{};
-  if (tensor_parallel_) model = parallel::tp::nest_layouts(tensor_parallel_->shard_layouts(), model);
+  auto model = model_->shard_layouts();
   if (model.empty()) return {};  // every tensor is whole
   return {{"model", model}, {"optimizer", optimizer_->state_layouts(model)}};
 }
@@ -451,7 +383,7 @@ void Trainer::load_state_dicts(const std::map<std::string, StateDict>& state) {
   };
   {
     torch::NoGradGuard no_grad;
-    for (auto& [fqn, p] : trained_parameters()) p.copy_(require_state(part("model"), fqn));
+    for (auto& [fqn, p] : model_->trained_parameters()) p.copy_(require_state(part("model"), fqn));
   }
   optimizer_->load_state_dict(part("optimizer"));
   lr_scheduler_->load_state_dict(part("lr_scheduler"));

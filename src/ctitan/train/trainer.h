@@ -4,7 +4,6 @@
 #include <torch/torch.h>
 
 #include <chrono>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -23,9 +22,7 @@
 #include "ctitan/components/grad_clip.h"
 #include "ctitan/train/housekeeping.h"
 #include "ctitan/components/lr_scheduler.h"
-#include "ctitan/parallel/data_parallel.h"
-#include "ctitan/parallel/pipeline/runtime.h"
-#include "ctitan/parallel/tp/tensor_parallel.h"
+#include "ctitan/parallel/parallelized_model.h"
 
 namespace ctitan::train {
 
@@ -36,7 +33,7 @@ struct StepResult {
   int64_t tokens = 0;       // tokens processed by this rank in the step
 };
 
-class Trainer {
+class Trainer : public checkpoint::Stateful {
  public:
   explicit Trainer(config::JobConfig config);
 
@@ -54,7 +51,8 @@ class Trainer {
   // Mean token loss over validation.steps batches, from the start of the validation data.
   double validate();
 
-  models::TransformerImpl& model() { return *model_; }
+  // This rank's model: the whole one, or its first pipeline stage.
+  models::TransformerImpl& model() { return model_->first_part(); }
   torch::Device device() const { return device_; }  // cuda:LOCAL_RANK or the CPU (training.device)
   components::AdamW& optimizer() { return *optimizer_; }
   components::LrScheduler& lr_scheduler() { return *lr_scheduler_; }
@@ -65,78 +63,45 @@ class Trainer {
   int64_t gradient_accumulation_steps() const { return grad_accum_steps_; }
 
   // Every stateful part by name: model, optimizer, lr_scheduler, dataloader, rng, train_state.
-  std::map<std::string, StateDict> state_dicts() const;
+  std::map<std::string, StateDict> state_dicts() const override;
   // For each part of state_dicts() whose tensors are shards (model and optimizer under FSDP),
   // where every local tensor sits in its global tensor. Empty parts hold whole tensors.
-  std::map<std::string, ShardLayouts> shard_layouts() const;
-  void load_state_dicts(const std::map<std::string, StateDict>& state);
+  std::map<std::string, ShardLayouts> shard_layouts() const override;
+  void load_state_dicts(const std::map<std::string, StateDict>& state) override;
 
  private:
   void train_steps();  // the step loop of train(), which adds the emergency checkpoint on exceptions
   std::vector<data::Batch> next_global_batch();
-  void setup_parallelism();
-  // Keeps this rank's pipeline stage of model_ and builds pipeline_ (pp > 1).
-  void setup_pipeline();
-  // model_, then an interleaved schedule's other stages of this rank: what TP, AC and data
-  // parallelism are applied to, each part on its own.
-  std::vector<models::TransformerImpl*> model_parts() const;
-  // One data-parallel wrapper per model part, seen by the trainer as one (DataParallelParts).
-  using PartWrapper = std::unique_ptr<parallel::DataParallel>;
-  PartWrapper wrap_each_part(const std::function<PartWrapper(models::TransformerImpl&)>& wrap);
   // A ConfigError with the numbers when `ctitan estimate`'s memory walk says the step cannot fit
   // in this rank's share of the machine's memory (CPU runs without TP or AC), before anything
   // is allocated.
   void refuse_if_the_step_cannot_fit(const models::ModelArgs& args) const;
-  // A ConfigError naming model.flavor when the layout needs what the model lacks (tied
-  // embeddings under PP); before anything is built.
-  void refuse_layouts_the_model_lacks(const models::ModelArgs& args) const;
   // Throws, naming the step, when the gradient norm is not finite: before the update for CPU
   // norms; device norms are recorded and thrown by check_no_non_finite_step() (log steps, saves).
   void stop_if_not_finite(const torch::Tensor& grad_norm);
   void check_no_non_finite_step() const;
-  // Summed cross-entropy of the model's logits: over vocab-sharded logits under loss parallel.
-  torch::Tensor summed_loss(const torch::Tensor& logits, const torch::Tensor& labels) const;
-  // The gradient-norm groups for clipping: the FSDP shard group, and TP's group and replicated
-  // parameters (by index in trained_parameters()).
-  components::GradNormGroups make_grad_norm_groups() const;
-  // The parameters the optimizer steps on: the model's own, or FSDP's fp32 shards.
-  std::vector<std::pair<std::string, torch::Tensor>> trained_parameters() const;
   // comm.link_gbytes_per_s, or an all-gather measured now over the dp group (collective).
   double link_bytes_per_second() const;
   std::unique_ptr<data::PackedLoader> make_loader(const std::string& path, const std::string& format,
                                                   const std::string& key) const;
 
   config::JobConfig config_;
-  std::unique_ptr<distributed::DistContext> dist_;  // null for a single process
+  std::unique_ptr<distributed::DistContext> dist_;  // a single process is a world of one
   std::shared_ptr<distributed::Communicator> dp_group_;
   int64_t dp_rank_ = 0, dp_degree_ = 1;
   torch::Device device_;
   bool bf16_;
   std::shared_ptr<const data::Tokenizer> tokenizer_;
-  models::Transformer model_{nullptr};
-  // Pipeline parallelism: model_ is this rank's first stage; an interleaved schedule's other
-  // stages are more_stage_models_; stage_models_ maps every stage of this rank to its model.
-  std::vector<models::Transformer> more_stage_models_;
-  std::map<int, models::TransformerImpl*> stage_models_;
-  std::vector<int> stage_of_part_;  // model_parts()[i] is stage stage_of_part_[i]
-  // Each local stage's data-parallel wrapper (in data_parallel_), for the schedule's per-stage sync.
-  std::map<int, parallel::DataParallel*> stage_data_parallel_;
-  std::unique_ptr<parallel::pipeline::PipelineRuntime> pipeline_;  // null without PP
-  // Tensor parallelism over the mesh's tp group; null without it. After model_: destroyed first.
-  std::unique_ptr<parallel::tp::TensorParallel> tensor_parallel_;
-  // DDP, FSDP or HSDP; null for one process. After model_: destroyed before it.
-  std::unique_ptr<parallel::DataParallel> data_parallel_;
-  std::shared_ptr<distributed::Communicator> shard_group_;  // FSDP's dp_shard group, else null
-  bool sync_every_microbatch_ = false;  // FSDP's fsdp_gradient_sync = every_microbatch
+  // The model with the config's parallelism applied: what every step trains.
+  std::unique_ptr<parallel::ParallelizedModel> model_;
   std::unique_ptr<components::AdamW> optimizer_;
-  components::GradNormGroups grad_norm_groups_;  // made once, after parallelism is applied
   std::unique_ptr<components::LrScheduler> lr_scheduler_;
   std::unique_ptr<data::PackedLoader> dataloader_;
   std::unique_ptr<metrics::MetricsProcessor> metrics_;
   std::unique_ptr<Housekeeper> housekeeper_;
   std::unique_ptr<checkpoint::CheckpointManager> checkpointer_;
-  bool in_optimizer_update_ = false;
-  torch::Tensor first_non_finite_step_;  // 0-d int64 on the device: 0, or the first step whose norm was not finite  // an exception here leaves parameters partly updated
+  bool in_optimizer_update_ = false;  // an exception here leaves parameters partly updated
+  torch::Tensor first_non_finite_step_;  // 0-d int64 on the device: 0, or the first step whose norm was not finite
   int64_t grad_accum_steps_ = 1;
 
   // Train state.

@@ -1,0 +1,247 @@
+#include "ctitan/parallel/parallelized_model.h"
+
+#include <spdlog/spdlog.h>
+
+#include "ctitan/common/dtype_names.h"
+#include "ctitan/common/error.h"
+#include "ctitan/components/autocast.h"
+#include "ctitan/components/loss.h"
+#include "ctitan/config/config_fields.h"
+#include "ctitan/distributed/communicator.h"
+#include "ctitan/parallel/activation_checkpoint.h"
+#include "ctitan/parallel/data_parallel_parts.h"
+#include "ctitan/parallel/ddp.h"
+#include "ctitan/parallel/fsdp_plan.h"
+#include "ctitan/parallel/pipeline/pipeline_parallel.h"
+
+namespace ctitan::parallel {
+
+ParallelizedModel::~ParallelizedModel() = default;
+
+void refuse_layouts_the_model_lacks(const models::ModelArgs& args, const distributed::ParallelDims& dims,
+                                    const config::JobConfig& config) {
+  if (args.tie_word_embeddings && dims.pp_enabled()) {
+    // The head reads the embedding's weight, and PP puts them on the first and the last stage:
+    // the weight and its gradient would have to travel between them every step.
+    throw ConfigError(fmt::format("model.flavor '{}' of {} ties the output layer to tok_embeddings, which pipeline "
+                                  "parallelism cannot split; use an untied flavor or another layout",
+                                  config.model.flavor, config.model.name));
+  }
+}
+
+std::unique_ptr<ParallelizedModel> parallelize(models::Transformer model, const distributed::DistContext& dist,
+                                               const config::JobConfig& config, torch::Device device) {
+  std::unique_ptr<ParallelizedModel> out(new ParallelizedModel());
+  out->bf16_ = config.training.mixed_precision_param == torch::kBFloat16;
+  out->device_type_ = device.type();
+  out->parts_.push_back(std::move(model));
+  // torchtitan's order: pipeline split, then per stage TP -> activation checkpointing -> FSDP or
+  // DDP; activation checkpointing also applies to one process.
+  if (dist.dims.pp_enabled()) out->apply_pipeline(dist, config, device);
+  if (dist.dims.tp_enabled()) out->apply_tensor_parallel(dist, config);
+  out->apply_activation_checkpointing(config);
+  out->apply_data_parallel(dist, config);
+  // The parameters are fixed from here on.
+  out->grad_norm_groups_ = {out->shard_group_.get(), nullptr, {}, out->pp_group_.get()};
+  if (out->tensor_parallel_) {
+    out->grad_norm_groups_.tp = &out->tensor_parallel_->group();
+    for (const auto& [fqn, p] : out->trained_parameters()) {
+      out->grad_norm_groups_.tp_replicated.push_back(out->tensor_parallel_->replicated(fqn));
+    }
+  }
+  return out;
+}
+
+std::vector<models::TransformerImpl*> ParallelizedModel::part_pointers() const {
+  std::vector<models::TransformerImpl*> parts;
+  for (const auto& part : parts_) parts.push_back(part.ptr().get());
+  return parts;
+}
+
+void ParallelizedModel::apply_pipeline(const distributed::DistContext& dist, const config::JobConfig& config,
+                                       torch::Device device) {
+  auto stage = pipeline::split_into_stages(*parts_.front(), config, int(dist.mesh->local_rank("pp")));
+  if (!stage.plan.warning.empty()) spdlog::warn("{}", stage.plan.warning);
+  spdlog::info("{}", stage.describe());
+  for (auto& more : stage.more_models) parts_.push_back(std::move(more));
+  stage_of_part_ = stage.stages;
+  pp_group_ = dist.mesh->group("pp");
+  const auto& args = this->args();
+  // The residual stream's dtype crosses: fp32 (embeddings are not autocast, and bf16 autocast
+  // adds the blocks' outputs onto fp32), or FSDP's param_dtype, in which the embeddings compute.
+  const auto dtype = bf16_ && dist.dims.fsdp_enabled() ? torch::kBFloat16 : torch::kFloat;
+  // Under TP the stream between blocks is sequence parallel: each tp rank sends its T/tp rows to
+  // the same tp rank of the next stage.
+  pipeline::BoundarySpec boundary{{config.parallelism.pipeline_parallel_microbatch_size,
+                                   config.training.seq_len / dist.dims.tp, args.dim},
+                                  dtype, device};
+  std::map<int, models::TransformerImpl*> stage_models;
+  for (size_t i = 0; i < parts_.size(); ++i) stage_models[stage_of_part_[i]] = parts_[i].get();
+  pipeline::StageFunctions functions{
+      [this, stage_models](int stage, const torch::Tensor& input) {
+        components::AutocastGuard autocast(bf16_, device_type_);
+        return stage_models.at(stage)->forward(input);
+      },
+      [this](const torch::Tensor& logits, const torch::Tensor& labels) {
+        components::AutocastGuard autocast(bf16_, device_type_);
+        return summed_loss(logits, labels);
+      },
+      // FSDP or DDP (applied after this, per stage): one reduction per step, after the stage's
+      // last backward; FSDP's gathered parameters stay for the microbatches' backwards until then.
+      [this](int stage, bool last, bool sync) {
+        auto it = stage_data_parallel_.find(stage);
+        if (it == stage_data_parallel_.end()) return;
+        it->second->set_requires_gradient_sync(sync);
+        it->second->set_reshard_after_backward(last);
+      }};
+  pipeline_ = std::make_unique<pipeline::PipelineRuntime>(stage.plan.shape, stage.plan.kind, stage.pp_rank, pp_group_,
+                                                          std::move(boundary), std::move(functions));
+}
+
+void ParallelizedModel::apply_tensor_parallel(const distributed::DistContext& dist, const config::JobConfig& config) {
+  tp::validate_tensor_parallel(args(), config.training.seq_len, dist.dims.tp);
+  const bool loss_parallel = !config.parallelism.disable_loss_parallel;
+  const bool async = config.parallelism.enable_async_tensor_parallel;
+  tensor_parallel_ = std::make_unique<tp::TensorParallel>(part_pointers(), dist.mesh->group("tp"), loss_parallel, async);
+  spdlog::info("TP over {} ranks: column-wise wq/wk/wv/w1/w3, row-wise wo/w2, sequence-parallel norms, "
+               "vocab-sharded embeddings and output, loss parallel {}{}", dist.dims.tp,
+               loss_parallel ? "on" : "off (logits all-gathered)",
+               async ? "; async TP (collectives micro-pipelined with their matmuls)" : "");
+}
+
+void ParallelizedModel::apply_activation_checkpointing(const config::JobConfig& config) {
+  const auto& ac = config.activation_checkpoint;
+  int wrapped = 0;
+  for (auto& part : parts_) wrapped += parallel::apply_activation_checkpointing(*part, ac);
+  if (wrapped == 0) return;
+  int64_t blocks = 0;
+  for (const auto& part : parts_) blocks += int64_t(part->layers->size());
+  const bool selective = ac.mode == config::ActivationCheckpointMode::kSelective;
+  spdlog::info("activation checkpointing {}{}: {} of {} blocks recompute their activations in backward{}",
+               config::name_of(ac.mode), selective ? " " + ac.selective_ac_option : "", wrapped, blocks,
+               selective && ac.selective_ac_option == "op" ? " (except matmul, attention and tp reduce-scatter outputs, kept)"
+                                                           : "");
+}
+
+void ParallelizedModel::apply_data_parallel(const distributed::DistContext& dist, const config::JobConfig& config) {
+  const auto& dims = dist.dims;
+  const auto& p = config.parallelism;
+  if (dims.fsdp_enabled()) {
+    // Every rank built the same full model from the same seed, so each can take its own shard
+    // without a broadcast.
+    fsdp::MeshGroups groups{dist.mesh->group("dp_shard"), dims.dp_replicate > 1 ? dist.mesh->group("dp_replicate") : nullptr};
+    shard_group_ = groups.shard;
+    fsdp::MixedPrecisionPolicy mp{bf16_ ? torch::kBFloat16 : torch::kFloat, config.training.mixed_precision_reduce};
+    data_parallel_ = wrap_each_part([&](models::TransformerImpl& part) -> PartWrapper {
+      return apply_fsdp(part, groups, mp, p.fsdp_reshard_after_forward, dims.pp_enabled());
+    });
+    reduce_every_microbatch_ = p.fsdp_gradient_sync == config::GradientSync::kEveryMicrobatch;
+    spdlog::info("{} over dp_shard {} x dp_replicate {}: params {}, reduce {}, reshard_after_forward {}, "
+                 "gradient sync {}", dims.dp_replicate > 1 ? "HSDP" : "FSDP", dims.dp_shard, dims.dp_replicate,
+                 *dtype_name(mp.param_dtype), *dtype_name(mp.reduce_dtype), config::name_of(p.fsdp_reshard_after_forward),
+                 config::name_of(p.fsdp_gradient_sync));
+  } else if (dims.ddp_enabled()) {
+    size_t buckets = 0;
+    data_parallel_ = wrap_each_part([&](models::TransformerImpl& part) -> PartWrapper {
+      std::vector<std::pair<std::string, torch::Tensor>> named;
+      for (const auto& item : part.named_parameters()) named.emplace_back(item.key(), item.value());
+      auto ddp = std::make_unique<DistributedDataParallel>(std::move(named), dist.mesh->group("dp"), p.bucket_cap_mb);
+      buckets += ddp->num_buckets();
+      return ddp;
+    });
+    spdlog::info("DDP over {} replicas, {} gradient buckets of <= {} MB", dims.dp_replicate, buckets, p.bucket_cap_mb);
+  }
+}
+
+ParallelizedModel::PartWrapper ParallelizedModel::wrap_each_part(
+    const std::function<PartWrapper(models::TransformerImpl&)>& wrap) {
+  if (parts_.size() == 1) {
+    auto wrapped = wrap(*parts_.front());
+    if (pipeline_) stage_data_parallel_[stage_of_part_.at(0)] = wrapped.get();
+    return wrapped;
+  }
+  std::vector<std::unique_ptr<DataParallel>> wrapped;
+  for (auto& part : parts_) wrapped.push_back(wrap(*part));
+  auto all = std::make_unique<DataParallelParts>(std::move(wrapped));
+  for (size_t i = 0; i < parts_.size(); ++i) stage_data_parallel_[stage_of_part_.at(i)] = &all->part(i);
+  return all;
+}
+
+torch::Tensor ParallelizedModel::forward_backward(const torch::Tensor& inputs, const torch::Tensor& labels,
+                                                  const torch::Tensor& denominator, bool reduce_grads) {
+  // The pipeline's last stage divides by the same global token count, so nothing is rescaled afterwards.
+  if (pipeline_) return pipeline_->run(inputs, labels, denominator, reduce_grads);
+  if (data_parallel_) data_parallel_->set_requires_gradient_sync(reduce_grads);
+  torch::Tensor loss;
+  {
+    components::AutocastGuard autocast(bf16_, device_type_);
+    auto logits = parts_.front()->forward(inputs);  // (B, T, vocab)
+    loss = summed_loss(logits, labels) / denominator;
+  }
+  loss.backward();
+  return loss.detach();
+}
+
+torch::Tensor ParallelizedModel::evaluate(const torch::Tensor& inputs, const torch::Tensor& labels) {
+  torch::NoGradGuard no_grad;
+  // Stages forward the batch in turn; only the last stage's ranks hold a loss.
+  if (pipeline_) return pipeline_->evaluate(inputs, labels);
+  components::AutocastGuard autocast(bf16_, device_type_);
+  auto logits = parts_.front()->forward(inputs);  // (B, T, vocab)
+  return summed_loss(logits, labels);
+}
+
+double ParallelizedModel::sum_over_stages(double value) const {
+  if (!pp_group_) return value;
+  auto total = torch::tensor(value, torch::kDouble);
+  pp_group_->all_reduce(total, distributed::ReduceOp::kSum);
+  return total.item<double>();
+}
+
+torch::Tensor ParallelizedModel::summed_loss(const torch::Tensor& logits, const torch::Tensor& labels) const {
+  if (tensor_parallel_ && tensor_parallel_->loss_parallel()) {
+    return tensor_parallel_->vocab_parallel_cross_entropy_sum(logits, labels, components::kIgnoreIndex);  // logits (B, T, V/tp)
+  }
+  // Every caller drops the logits once it has the loss (training, validation, the pipeline's
+  // last stage), so backward may write the gradient over them.
+  return components::summed_cross_entropy(logits, labels, ops::LogitsAfterLoss::kDiscarded);  // logits (B, T, V)
+}
+
+void ParallelizedModel::finish_gradients() {
+  // The norms' gradients came from this rank's sequence shard only: summed over tp they are whole.
+  if (tensor_parallel_) tensor_parallel_->reduce_replicated_gradients(trained_parameters());
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> ParallelizedModel::trained_parameters() const {
+  if (data_parallel_) return data_parallel_->parameters_to_optimize();
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (const auto& part : parts_) {  // an interleaved schedule's stages have disjoint FQNs
+    for (const auto& item : part->named_parameters()) named.emplace_back(item.key(), item.value());
+  }
+  return named;
+}
+
+ShardLayouts ParallelizedModel::shard_layouts() const {
+  auto layouts = data_parallel_ ? data_parallel_->shard_layouts() : ShardLayouts{};
+  if (tensor_parallel_) layouts = tp::nest_layouts(tensor_parallel_->shard_layouts(), layouts);
+  return layouts;
+}
+
+StepTimes ParallelizedModel::take_step_times() {
+  StepTimes times;
+  // TP's collectives block inside forward and backward (and the norms' sum and the grad norm).
+  if (tensor_parallel_) times.exposed_comm_seconds += tensor_parallel_->take_exposed_comm_seconds();
+  if (data_parallel_) {
+    times.exposed_comm_seconds += data_parallel_->take_exposed_comm_seconds();
+    times.grad_sync_seconds = data_parallel_->take_grad_sync_seconds();
+  }
+  if (pipeline_) times.pipeline = pipeline_->take_times();
+  return times;
+}
+
+std::optional<double> ParallelizedModel::pipeline_bubble_theory() const {
+  if (!pipeline_) return std::nullopt;
+  return pipeline_->theoretical_bubble();
+}
+
+}  // namespace ctitan::parallel

@@ -1,0 +1,117 @@
+#pragma once
+// ParallelizedModel: the built model with every parallelism of the config applied from outside,
+// in torchtitan's order (pipeline split, then per stage TP -> activation checkpointing ->
+// FSDP/HSDP or DDP). The trainer holds one and calls the same few methods whatever the layout:
+// it never asks which parallelism is on.
+#include <torch/torch.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ctitan/common/state_dict.h"
+#include "ctitan/components/grad_clip.h"
+#include "ctitan/config/job_config.h"
+#include "ctitan/distributed/init_distributed.h"
+#include "ctitan/models/common/transformer.h"
+#include "ctitan/parallel/data_parallel.h"
+#include "ctitan/parallel/pipeline/runtime.h"
+#include "ctitan/parallel/tp/tensor_parallel.h"
+
+namespace ctitan::parallel {
+
+// Where the step's seconds went since the last take_step_times().
+struct StepTimes {
+  double exposed_comm_seconds = 0;  // the trainer's thread blocked on collectives (DP, TP)
+  double grad_sync_seconds = 0;     // end of backward compute until every gradient is reduced
+  std::optional<pipeline::PipelineTimes> pipeline;  // with PP: busy and total seconds of the runs
+};
+
+class ParallelizedModel {
+ public:
+  ~ParallelizedModel();
+  ParallelizedModel(const ParallelizedModel&) = delete;
+  ParallelizedModel& operator=(const ParallelizedModel&) = delete;
+
+  // The whole model's shape (every part shares it).
+  const models::ModelArgs& args() const { return parts_.front()->args(); }
+  // This rank's first model part (the whole model without PP).
+  models::TransformerImpl& first_part() const { return *parts_.front().ptr(); }
+
+  // One microbatch: the summed token cross-entropy / `denominator` (the global batch's valid
+  // tokens), backward into the gradients; returns that loss, detached (0-d fp32; exactly 0 on a
+  // pipeline rank without the last stage). Under PP one call is one schedule run over the
+  // microbatch's pipeline microbatches. `reduce_grads`: this backward reduces the gradients
+  // accumulated so far (the step's last microbatch, or every one under every_microbatch sync).
+  torch::Tensor forward_backward(const torch::Tensor& inputs, const torch::Tensor& labels,
+                                 const torch::Tensor& denominator, bool reduce_grads);
+  // Whether every microbatch should reduce its gradients (FSDP's fsdp_gradient_sync).
+  bool reduce_every_microbatch() const { return reduce_every_microbatch_; }
+  // Forward only, without grad: the summed token cross-entropy of one batch (inputs, labels on the
+  // device), 0-d fp32; under PP only the last stage's ranks hold it and the others hold 0 until
+  // sum_over_stages().
+  torch::Tensor evaluate(const torch::Tensor& inputs, const torch::Tensor& labels);
+  // A host sum of evaluate()'s results, summed over the pipeline's stages (collective over pp).
+  double sum_over_stages(double value) const;
+  // The summed cross-entropy of logits from a part's forward (vocab-sharded under loss parallel).
+  torch::Tensor summed_loss(const torch::Tensor& logits, const torch::Tensor& labels) const;
+
+  // After the step's last backward, before clipping: the gradients TP left partial are whole.
+  void finish_gradients();
+  // The tensors the optimizer steps on, by FQN: the parameters, or FSDP's fp32 shards of them.
+  std::vector<std::pair<std::string, torch::Tensor>> trained_parameters() const;
+  // The groups the gradient norm spans, aligned with trained_parameters().
+  const components::GradNormGroups& grad_norm_groups() const { return grad_norm_groups_; }
+  // Where each trained tensor sits in its global tensor (FSDP shards, TP slices, both nested);
+  // empty when every tensor is whole.
+  ShardLayouts shard_layouts() const;
+  StepTimes take_step_times();
+  // The schedule's idle share in theory; none without PP.
+  std::optional<double> pipeline_bubble_theory() const;
+
+ private:
+  friend std::unique_ptr<ParallelizedModel> parallelize(models::Transformer model, const distributed::DistContext& dist,
+                                                        const config::JobConfig& config, torch::Device device);
+  ParallelizedModel() = default;
+  void apply_pipeline(const distributed::DistContext& dist, const config::JobConfig& config, torch::Device device);
+  void apply_tensor_parallel(const distributed::DistContext& dist, const config::JobConfig& config);
+  void apply_activation_checkpointing(const config::JobConfig& config);
+  void apply_data_parallel(const distributed::DistContext& dist, const config::JobConfig& config);
+  // One data-parallel wrapper per model part, seen as one (DataParallelParts).
+  using PartWrapper = std::unique_ptr<DataParallel>;
+  PartWrapper wrap_each_part(const std::function<PartWrapper(models::TransformerImpl&)>& wrap);
+  std::vector<models::TransformerImpl*> part_pointers() const;
+
+  bool bf16_ = false;
+  torch::DeviceType device_type_ = torch::kCPU;
+  // This rank's model parts: the whole model, or its pipeline stages (one, or an interleaved
+  // schedule's several, stage_of_part_[i] being part i's stage).
+  std::vector<models::Transformer> parts_;
+  std::vector<int> stage_of_part_;
+  // Each local stage's data-parallel wrapper (inside data_parallel_), for the schedule's per-stage sync.
+  std::map<int, DataParallel*> stage_data_parallel_;
+  std::shared_ptr<distributed::Communicator> pp_group_;  // null without PP
+  std::unique_ptr<pipeline::PipelineRuntime> pipeline_;  // null without PP
+  // Destroyed before the parts they hook (members are destroyed in reverse order).
+  std::unique_ptr<tp::TensorParallel> tensor_parallel_;  // null without TP
+  std::unique_ptr<DataParallel> data_parallel_;          // DDP, FSDP or HSDP; null without them
+  std::shared_ptr<distributed::Communicator> shard_group_;  // FSDP's dp_shard group, else null
+  bool reduce_every_microbatch_ = false;
+  components::GradNormGroups grad_norm_groups_;
+};
+
+// A ConfigError naming model.flavor when the layout needs what the model lacks (tied embeddings
+// under PP); called before the model is built.
+void refuse_layouts_the_model_lacks(const models::ModelArgs& args, const distributed::ParallelDims& dims,
+                                    const config::JobConfig& config);
+
+// Applies the config's parallelism to `model` (built whole, the same on every rank from one
+// seed) on `dist`'s mesh; a world of one gets activation checkpointing only.
+std::unique_ptr<ParallelizedModel> parallelize(models::Transformer model, const distributed::DistContext& dist,
+                                               const config::JobConfig& config, torch::Device device);
+
+}  // namespace ctitan::parallel
