@@ -1,6 +1,6 @@
 // `ctitan estimate --config FILE [--section.key value ...] [--dp-shard N --tp N --pp N --ac MODE
 // --hardware NAME ...]`: a job's per-rank memory, FLOPs per token, step time, tokens/s/GPU and MFU,
-// computed from the config alone (metrics/job_estimate.h). Nothing is allocated or run, except
+// computed from the config alone (estimate/job_estimate.h). Nothing is allocated or run, except
 // the GEMM probe for a CPU's peak FLOP/s (cached, as `ctitan train` does for MFU).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -14,7 +14,7 @@
 #include "ctitan/common/error.h"
 #include "ctitan/common/threads.h"
 #include "ctitan/config/config_manager.h"
-#include "ctitan/metrics/job_estimate.h"
+#include "ctitan/estimate/job_estimate.h"
 #include "ctitan/metrics/memory_tracker.h"
 #include "ctitan/metrics/peak_flops.h"
 #include "ctitan/models/common/flops.h"
@@ -39,32 +39,32 @@ struct EstimateFlags {
   std::optional<int64_t> gpus_per_node;
 };
 
-metrics::ActivationCheckpoint parse_ac(const std::string& s) {
-  if (s == "none") return metrics::ActivationCheckpoint::kNone;
-  if (s == "selective" || s == "op") return metrics::ActivationCheckpoint::kSelectiveOp;
-  if (s == "full") return metrics::ActivationCheckpoint::kFull;
+estimate::ActivationCheckpoint parse_ac(const std::string& s) {
+  if (s == "none") return estimate::ActivationCheckpoint::kNone;
+  if (s == "selective" || s == "op") return estimate::ActivationCheckpoint::kSelectiveOp;
+  if (s == "full") return estimate::ActivationCheckpoint::kFull;
   throw InputError(fmt::format("--ac '{}' is unknown (none, selective, full)", s), 2);
 }
 
-metrics::PipelineSchedule parse_schedule(const std::string& s) {
-  if (s == "1F1B") return metrics::PipelineSchedule::k1F1B;
-  if (s == "Interleaved1F1B") return metrics::PipelineSchedule::kInterleaved1F1B;
+estimate::PipelineSchedule parse_schedule(const std::string& s) {
+  if (s == "1F1B") return estimate::PipelineSchedule::k1F1B;
+  if (s == "Interleaved1F1B") return estimate::PipelineSchedule::kInterleaved1F1B;
   throw InputError(fmt::format("--pp-schedule '{}' is unknown (1F1B, Interleaved1F1B)", s), 2);
 }
 
-const char* ac_name(metrics::ActivationCheckpoint ac) {
+const char* ac_name(estimate::ActivationCheckpoint ac) {
   switch (ac) {
-    case metrics::ActivationCheckpoint::kNone: return "none";
-    case metrics::ActivationCheckpoint::kSelectiveOp: return "selective (op)";
-    case metrics::ActivationCheckpoint::kFull: return "full";
+    case estimate::ActivationCheckpoint::kNone: return "none";
+    case estimate::ActivationCheckpoint::kSelectiveOp: return "selective (op)";
+    case estimate::ActivationCheckpoint::kFull: return "full";
   }
   return "?";
 }
 
 // The built-in profile with any flag given replacing its field. A CPU's peak is the GEMM probe
 // in the compute dtype (cached), or metrics.peak_flops; its memory is the machine's share per rank.
-metrics::HardwareProfile resolve_hardware(const EstimateFlags& f, const config::JobConfig& config, int64_t world) {
-  auto hw = metrics::hardware_profile(f.hardware);
+estimate::HardwareProfile resolve_hardware(const EstimateFlags& f, const config::JobConfig& config, int64_t world) {
+  auto hw = estimate::hardware_profile(f.hardware);
   auto positive = [](const char* flag, double v) {
     if (!(v > 0)) throw InputError(fmt::format("{} must be > 0 (got {})", flag, v), 2);
     return v;
@@ -88,7 +88,7 @@ metrics::HardwareProfile resolve_hardware(const EstimateFlags& f, const config::
   return hw;
 }
 
-nlohmann::json to_json(const metrics::JobShape& job, const metrics::HardwareProfile& hw, const metrics::JobEstimate& e) {
+nlohmann::json to_json(const estimate::JobShape& job, const estimate::HardwareProfile& hw, const estimate::JobEstimate& e) {
   const auto& m = e.memory;
   const auto& t = e.throughput;
   const auto params = models::count_params(job.model);
@@ -128,8 +128,8 @@ std::string human(int64_t bytes, int width = 10) {
   return fmt::format("{:{}.3f} MiB", double(bytes) / (1024.0 * 1024.0), width);
 }
 
-void print_table(const config::JobConfig& config, const metrics::JobShape& job, const metrics::HardwareProfile& hw,
-                 const metrics::JobEstimate& e) {
+void print_table(const config::JobConfig& config, const estimate::JobShape& job, const estimate::HardwareProfile& hw,
+                 const estimate::JobEstimate& e) {
   const auto& m = e.memory;
   const auto& t = e.throughput;
   const auto params = models::count_params(job.model);
@@ -192,7 +192,7 @@ void add_estimate_command(CLI::App& app) {
   cmd->add_flag("--float8", f->float8, "float8 linears and all-gathers (torchtitan + torchao)");
   cmd->add_flag("--async-tp", f->async_tp, "TP collectives overlapped with matmuls (needs --compile)");
   cmd->add_option("--hardware", f->hardware,
-                  "built-in profile: " + fmt::format("{}", fmt::join(metrics::hardware_profile_names(), ", ")))
+                  "built-in profile: " + fmt::format("{}", fmt::join(estimate::hardware_profile_names(), ", ")))
       ->capture_default_str();
   cmd->add_option("--memory-gib", f->memory_gib, "memory per device, GiB");
   cmd->add_option("--peak-tflops", f->peak_tflops, "dense peak in the compute dtype (bf16 on GPUs), TFLOP/s");
@@ -230,7 +230,7 @@ void add_estimate_command(CLI::App& app) {
       }
       stage_world = *f->world_size / f->pp;
     }
-    auto job = metrics::job_shape_from_config(config, train::model_args_from_config(config, nullptr), stage_world);
+    auto job = estimate::job_shape_from_config(config, train::model_args_from_config(config, nullptr), stage_world);
     if (f->world_size && job.degrees.dp_replicate * job.degrees.dp_shard * job.degrees.tp != stage_world) {
       throw InputError(fmt::format("--world-size {}: dp_replicate {} x dp_shard {} x tp {} x pp {} = {}", *f->world_size,
                                    job.degrees.dp_replicate, job.degrees.dp_shard, job.degrees.tp, f->pp,
@@ -247,7 +247,7 @@ void add_estimate_command(CLI::App& app) {
     if (f->pp_microbatches < 0) throw InputError("--pp-microbatches must be >= 0", 2);
 
     const auto hw = resolve_hardware(*f, config, job.degrees.world());
-    const auto estimate = metrics::estimate_job(job, hw);
+    const auto estimate = estimate::estimate_job(job, hw);
     if (f->json) {
       std::cout << to_json(job, hw, estimate).dump(2) << std::endl;
     } else {

@@ -17,8 +17,8 @@
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/distributed/rank_device.h"
 #include "ctitan/distributed/stream_stalls.h"
-#include "ctitan/metrics/hardware_profiles.h"
-#include "ctitan/metrics/job_estimate.h"
+#include "ctitan/estimate/hardware_profiles.h"
+#include "ctitan/estimate/job_estimate.h"
 #include "ctitan/metrics/memory_tracker.h"
 #include "ctitan/metrics/peak_flops.h"
 #include "ctitan/metrics/profiler.h"
@@ -152,10 +152,10 @@ void Trainer::refuse_if_the_step_cannot_fit(const models::ModelArgs& args) const
       config_.activation_checkpoint.mode != config::ActivationCheckpointMode::kNone) {
     return;
   }
-  auto hw = metrics::hardware_profile("cpu");
+  auto hw = estimate::hardware_profile("cpu");
   hw.memory_bytes = metrics::physical_memory_bytes() / dist_->env.local_world_size;
-  auto job = metrics::job_shape_from_config(config_, args, dist_->env.world_size);
-  auto memory = metrics::estimate_memory(job, hw);
+  auto job = estimate::job_shape_from_config(config_, args, dist_->env.world_size);
+  auto memory = estimate::estimate_memory(job, hw);
   if (memory.peak_bytes <= hw.memory_bytes) return;
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   throw ConfigError(fmt::format(

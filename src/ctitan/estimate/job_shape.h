@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "ctitan/metrics/job_estimate.h"
+#include "ctitan/estimate/job_estimate.h"
 #include "ctitan/models/common/model_args.h"
 
-namespace ctitan::metrics::job_estimate {
+namespace ctitan::estimate::detail {
 
 // The widths one block works with, per token.
 struct Widths {
@@ -53,4 +53,4 @@ int64_t stages_per_rank(const JobShape& job);
 // Microbatches a step's local batch is cut into for the pipeline schedule (1 without PP).
 int64_t pp_microbatches(const JobShape& job);
 
-}  // namespace ctitan::metrics::job_estimate
+}  // namespace ctitan::estimate::detail

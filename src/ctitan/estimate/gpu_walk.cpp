@@ -14,10 +14,10 @@
 #include <cmath>
 #include <vector>
 
-#include "ctitan/metrics/job_estimate_shape.h"
-#include "ctitan/metrics/job_estimate_walk.h"
+#include "ctitan/estimate/job_shape.h"
+#include "ctitan/estimate/walk.h"
 
-namespace ctitan::metrics::job_estimate {
+namespace ctitan::estimate::detail {
 namespace {
 
 // Per-token byte counts of one block's activations on one GPU (TP degree t: sequence-parallel
@@ -300,4 +300,4 @@ WalkResult walk_torchtitan_gpu(const JobShape& job, int64_t pp_rank) {
   return {ledger.result(), walk.state_numel()};
 }
 
-}  // namespace ctitan::metrics::job_estimate
+}  // namespace ctitan::estimate::detail

@@ -1,7 +1,7 @@
 // `ctitan estimate`'s public functions (job_estimate.h) and the time model: FLOPs, element-wise
 // memory traffic and communication per step. The memory walks are in job_estimate_cpu.cpp and
 // job_estimate_gpu.cpp, the shapes they and the time model share in job_estimate_shape.cpp.
-#include "ctitan/metrics/job_estimate.h"
+#include "ctitan/estimate/job_estimate.h"
 
 #include <fmt/format.h>
 
@@ -10,18 +10,18 @@
 #include <vector>
 
 #include "ctitan/common/error.h"
-#include "ctitan/metrics/job_estimate_shape.h"
-#include "ctitan/metrics/job_estimate_walk.h"
+#include "ctitan/estimate/job_shape.h"
+#include "ctitan/estimate/walk.h"
 #include "ctitan/models/common/flops.h"
 
-namespace ctitan::metrics {
+namespace ctitan::estimate {
 
-using job_estimate::block_weights;
-using job_estimate::numel;
-using job_estimate::pp_microbatches;
-using job_estimate::stage_layers;
-using job_estimate::stages_per_rank;
-using job_estimate::Widths;
+using detail::block_weights;
+using detail::numel;
+using detail::pp_microbatches;
+using detail::stage_layers;
+using detail::stages_per_rank;
+using detail::Widths;
 
 namespace {
 
@@ -176,12 +176,12 @@ MemoryEstimate estimate_memory(const JobShape& job, const HardwareProfile& hw) {
     return m;
   };
   if (!hw.is_gpu) {
-    const auto walk = job_estimate::walk_ctitan_cpu(job);
+    const auto walk = detail::walk_ctitan_cpu(job);
     return with_state(walk.memory, walk.state_numel);
   }
   MemoryEstimate worst;
   for (int64_t rank = 0; rank < job.degrees.pp; ++rank) {
-    const auto walk = job_estimate::walk_torchtitan_gpu(job, rank);
+    const auto walk = detail::walk_torchtitan_gpu(job, rank);
     if (walk.memory.peak_bytes > worst.peak_bytes) {
       worst = with_state(walk.memory, walk.state_numel);
       worst.pipeline_rank = rank;
@@ -309,4 +309,4 @@ JobEstimate estimate_job(const JobShape& job, const HardwareProfile& hw) {
   return e;
 }
 
-}  // namespace ctitan::metrics
+}  // namespace ctitan::estimate

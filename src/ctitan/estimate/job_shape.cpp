@@ -1,7 +1,7 @@
 // job_estimate_shape.h's functions: a block's parameters, FSDP's padded shard, the pipeline split.
-#include "ctitan/metrics/job_estimate_shape.h"
+#include "ctitan/estimate/job_shape.h"
 
-namespace ctitan::metrics::job_estimate {
+namespace ctitan::estimate::detail {
 
 std::vector<Weight> block_weights(const Widths& w) {
   return {{w.hd, w.d, true},  {w.kv, w.d, true}, {w.kv, w.d, true}, {w.d, w.hd, true},  // wq wk wv wo
@@ -44,4 +44,4 @@ int64_t pp_microbatches(const JobShape& job) {
   return job.pp_microbatches > 0 ? job.pp_microbatches : job.degrees.pp;
 }
 
-}  // namespace ctitan::metrics::job_estimate
+}  // namespace ctitan::estimate::detail

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "ctitan/metrics/job_estimate_shape.h"
-#include "ctitan/metrics/job_estimate_walk.h"
+#include "ctitan/estimate/job_shape.h"
+#include "ctitan/estimate/walk.h"
 
-namespace ctitan::metrics::job_estimate {
+namespace ctitan::estimate::detail {
 namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -375,4 +375,4 @@ WalkResult walk_ctitan_cpu(const JobShape& job) {
   return {ledger.result(), double(walk.state_numel())};
 }
 
-}  // namespace ctitan::metrics::job_estimate
+}  // namespace ctitan::estimate::detail

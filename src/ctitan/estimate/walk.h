@@ -7,9 +7,9 @@
 #include <string>
 #include <utility>
 
-#include "ctitan/metrics/job_estimate.h"
+#include "ctitan/estimate/job_estimate.h"
 
-namespace ctitan::metrics::job_estimate {
+namespace ctitan::estimate::detail {
 
 // The ledger: live bytes by category, and the moment of the peak.
 enum Cat { kParams, kGrads, kOptim, kActs, kComm, kOther, kNumCats };
@@ -63,4 +63,4 @@ WalkResult walk_ctitan_cpu(const JobShape& job);
 // torchtitan's step on a GPU, block by block, for pipeline rank `pp_rank` (job_estimate_gpu.cpp).
 WalkResult walk_torchtitan_gpu(const JobShape& job, int64_t pp_rank);
 
-}  // namespace ctitan::metrics::job_estimate
+}  // namespace ctitan::estimate::detail

@@ -1,4 +1,4 @@
-#include "ctitan/metrics/hardware_profiles.h"
+#include "ctitan/estimate/hardware_profiles.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -8,7 +8,7 @@
 #include "ctitan/common/error.h"
 #include "ctitan/metrics/memory_tracker.h"
 
-namespace ctitan::metrics {
+namespace ctitan::estimate {
 namespace {
 
 constexpr double kGB = 1e9;
@@ -58,7 +58,7 @@ std::map<std::string, HardwareProfile> profiles() {
   cpu.name = "cpu";
   cpu.description = "this machine's CPU (ctitan's fused kernels; peak from the GEMM probe)";
   cpu.is_gpu = false;
-  cpu.memory_bytes = physical_memory_bytes();
+  cpu.memory_bytes = metrics::physical_memory_bytes();
   cpu.peak_flops = 0;
   cpu.float8_speedup = 1.0;
   cpu.achievable_fraction = 1.0;
@@ -90,4 +90,4 @@ HardwareProfile hardware_profile(const std::string& name) {
   return it->second;
 }
 
-}  // namespace ctitan::metrics
+}  // namespace ctitan::estimate

@@ -15,10 +15,10 @@
 #include <string>
 
 #include "ctitan/config/job_config.h"
-#include "ctitan/metrics/hardware_profiles.h"
+#include "ctitan/estimate/hardware_profiles.h"
 #include "ctitan/models/common/model_args.h"
 
-namespace ctitan::metrics {
+namespace ctitan::estimate {
 
 enum class ActivationCheckpoint { kNone, kSelectiveOp, kFull };  // torchtitan's none | selective (op) | full
 enum class PipelineSchedule { k1F1B, kInterleaved1F1B };
@@ -106,4 +106,4 @@ JobEstimate estimate_job(const JobShape& job, const HardwareProfile& hw);
 MemoryEstimate estimate_memory(const JobShape& job, const HardwareProfile& hw);
 ThroughputEstimate estimate_throughput(const JobShape& job, const HardwareProfile& hw);
 
-}  // namespace ctitan::metrics
+}  // namespace ctitan::estimate

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace ctitan::metrics {
+namespace ctitan::estimate {
 
 struct HardwareProfile {
   std::string name;                 // "h100", "cpu", ... as given to --hardware
@@ -27,4 +27,4 @@ struct HardwareProfile {
 HardwareProfile hardware_profile(const std::string& name);
 std::vector<std::string> hardware_profile_names();
 
-}  // namespace ctitan::metrics
+}  // namespace ctitan::estimate

@@ -1,4 +1,4 @@
-// `ctitan estimate` (metrics/job_estimate.h) against hand arithmetic, against ctitan's own
+// `ctitan estimate` (estimate/job_estimate.h) against hand arithmetic, against ctitan's own
 // measured peak memory (runs of the binary on this CPU), and against torchtitan's published H100
 // runs. No test asserts a time or throughput measured on this machine.
 #include <gtest/gtest.h>
@@ -11,14 +11,14 @@
 
 #include "ctitan/common/error.h"
 #include "ctitan/config/config_manager.h"
-#include "ctitan/metrics/job_estimate.h"
+#include "ctitan/estimate/job_estimate.h"
 #include "ctitan/models/common/flops.h"
 #include "ctitan/models/model_spec.h"
 #include "ctitan/train/model_builder.h"
 #include "support/test_support.h"
 #include "support/tiny_job.h"
 
-namespace ctitan::metrics {
+namespace ctitan::estimate {
 namespace {
 
 using models::model_flavor;
@@ -382,4 +382,4 @@ TEST(CliEstimate, JsonAndOneLineErrors) {
 }
 
 }  // namespace
-}  // namespace ctitan::metrics
+}  // namespace ctitan::estimate
