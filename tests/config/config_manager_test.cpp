@@ -69,6 +69,24 @@ TEST(ConfigManager, ErrorsNameTheKey) {
   expect_config_error("[checkpoint]\nexport_dtype = 16\n", {},
                       "job.toml: checkpoint.export_dtype must be float32, bfloat16 or float16 (got integer)");
   expect_config_error("training = 3\n", {}, "[training] must be a table");
+  // Refused when the config is read, before anything is built (the trainer's own check is later).
+  expect_config_error("[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"every2\"\n", {},
+                      "activation_checkpoint.selective_ac_option must be 'op' or an integer k >= 0");
+}
+
+TEST(ConfigManager, SelectiveAcOptionReadsAsOpOrEveryKthBlock) {
+  config::ActivationCheckpoint ac;
+  ac.selective_ac_option = "op";
+  EXPECT_TRUE(config::selective_ac(ac).op);
+  ac.selective_ac_option = "3";
+  EXPECT_FALSE(config::selective_ac(ac).op);
+  EXPECT_EQ(config::selective_ac(ac).every, 3);
+  ac.selective_ac_option = "0";  // torchtitan's "every block"
+  EXPECT_EQ(config::selective_ac(ac).every, 1);
+  for (const char* bad : {"OP", "-1", "+2", "2x", ""}) {
+    ac.selective_ac_option = bad;
+    EXPECT_THROW(config::selective_ac(ac), ConfigError) << bad;
+  }
 }
 
 // A near miss names the key that was probably meant; a word far from every key gets no guess.

@@ -319,6 +319,23 @@ JobConfig load_job_config(const std::string& toml_path, const std::vector<std::s
   return parse_job_config(text.str(), toml_path, overrides);
 }
 
+SelectiveAc selective_ac(const ActivationCheckpoint& ac) {
+  const auto& option = ac.selective_ac_option;
+  if (option == "op") return {true, 1};
+  size_t used = 0;
+  int64_t every = -1;
+  try {
+    every = std::stoll(option, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != option.size() || every < 0 || option.empty() || option[0] == '-' || option[0] == '+') {
+    throw ConfigError(fmt::format("activation_checkpoint.selective_ac_option must be 'op' or an integer k >= 0 "
+                                  "(every k-th block; 0 = every block), got '{}'", option));
+  }
+  return {false, std::max<int64_t>(every, 1)};
+}
+
 void validate(const JobConfig& c) {
   with_one_line_errors([&] { check_config(c); });
 }
@@ -334,6 +351,7 @@ void check_config(const JobConfig& c) {
   }
   const auto& t = c.training;
   models::model_flavor(c.model.name, c.model.flavor);  // a ConfigError naming model.name or model.flavor
+  if (c.activation_checkpoint.mode == ActivationCheckpointMode::kSelective) selective_ac(c.activation_checkpoint);
   require(c.model.rope_theta >= 0, fmt::format("model.rope_theta must be > 0, or 0 for the flavor's (got {})",
                                                c.model.rope_theta));
   require(c.model.norm_eps >= 0, fmt::format("model.norm_eps must be > 0, or 0 for the flavor's (got {})",

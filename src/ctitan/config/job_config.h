@@ -159,8 +159,18 @@ struct Checkpoint {
 // Activation checkpointing, torchtitan's [activation_checkpoint] (parallel/activation_checkpoint.h).
 struct ActivationCheckpoint {
   ActivationCheckpointMode mode = ActivationCheckpointMode::kNone;  // none | full | selective
-  std::string selective_ac_option = "2";  // selective: an integer k (every k-th block), or "op" (op_selective_checkpoint.h)
+  // selective: an integer k (every k-th block), or "op" (op_selective_checkpoint.h). A string
+  // in TOML, as torchtitan's; read it through selective_ac().
+  std::string selective_ac_option = "2";
 };
+
+// activation_checkpoint.selective_ac_option parsed: operator-level ("op"), or every k-th block.
+struct SelectiveAc {
+  bool op = false;
+  int64_t every = 1;  // k; torchtitan's 0 (every block) reads as 1
+};
+// A ConfigError naming the key when `option` is neither 'op' nor an integer >= 0.
+SelectiveAc selective_ac(const ActivationCheckpoint& ac);
 
 // `ctitan ps` (src/ctitan/ps/): rank 0 serves the parameters, the other ranks train.
 struct Ps {

@@ -113,8 +113,8 @@ int apply_activation_checkpointing(models::TransformerImpl& model, const config:
   if (ac.mode == config::ActivationCheckpointMode::kNone) return 0;
   int64_t every = 1;
   if (ac.mode == config::ActivationCheckpointMode::kSelective) {
-    const auto& option = ac.selective_ac_option;
-    if (option == "op") {
+    const auto selective = config::selective_ac(ac);
+    if (selective.op) {
       for (auto* block : model.blocks()) {
         model.hooks.set_around(*block, [](const torch::Tensor& x, const models::ModuleHooks::Forward& forward) {
           return op_selective_checkpointed(x, forward);
@@ -122,17 +122,7 @@ int apply_activation_checkpointing(models::TransformerImpl& model, const config:
       }
       return int(model.layers->size());
     }
-    size_t used = 0;
-    try {
-      every = std::stoll(option, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != option.size() || every < 0 || option.empty() || option[0] == '-' || option[0] == '+') {
-      throw ConfigError(fmt::format("activation_checkpoint.selective_ac_option must be 'op' or an integer k >= 0 "
-                                    "(every k-th block; 0 = every block), got '{}'", option));
-    }
-    if (every == 0) every = 1;
+    every = selective.every;
   }
   int wrapped = 0;
   int64_t count = 0;

@@ -119,7 +119,7 @@ void ParallelizedModel::apply_activation_checkpointing(const config::JobConfig& 
   const bool selective = ac.mode == config::ActivationCheckpointMode::kSelective;
   spdlog::info("activation checkpointing {}{}: {} of {} blocks recompute their activations in backward{}",
                config::name_of(ac.mode), selective ? " " + ac.selective_ac_option : "", wrapped, blocks,
-               selective && ac.selective_ac_option == "op" ? " (except matmul, attention and tp reduce-scatter outputs, kept)"
+               selective && config::selective_ac(ac).op ? " (except matmul, attention and tp reduce-scatter outputs, kept)"
                                                            : "");
 }
 
