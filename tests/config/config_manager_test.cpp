@@ -69,6 +69,11 @@ TEST(ConfigManager, ErrorsNameTheKey) {
   expect_config_error("[checkpoint]\nexport_dtype = 16\n", {},
                       "job.toml: checkpoint.export_dtype must be float32, bfloat16 or float16 (got integer)");
   expect_config_error("training = 3\n", {}, "[training] must be a table");
+  for (const char* key : {"job.dump_folder", "checkpoint.folder", "metrics.save_tb_folder",
+                          "profiling.save_traces_folder"}) {
+    expect_config_error("", {std::string("--") + key, ""}, std::string(key) + " must not be empty");
+    expect_config_error("", {std::string("--") + key, "//."}, std::string(key) + " must not be the filesystem root");
+  }
   // Refused when the config is read, before anything is built (the trainer's own check is later).
   expect_config_error("[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"every2\"\n", {},
                       "activation_checkpoint.selective_ac_option must be 'op' or an integer k >= 0");

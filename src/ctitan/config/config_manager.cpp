@@ -388,7 +388,16 @@ void check_config(const JobConfig& c) {
     require(ds.empty() || ds == "auto" || ds == "text" || ds == "jsonl" || ds == "tokens",
             fmt::format("{} must be auto, text, jsonl or tokens (got '{}')", key, ds));
   }
-  require(!c.metrics.save_tb_folder.empty(), "metrics.save_tb_folder must not be empty");
+  // Output folders: empty would write into the working directory, and a filesystem root (an
+  // absolute folder joins as itself) would spread a run's files over it.
+  for (auto [key, folder] : {std::pair{"job.dump_folder", c.job.dump_folder}, {"checkpoint.folder", c.checkpoint.folder},
+                             {"metrics.save_tb_folder", c.metrics.save_tb_folder},
+                             {"profiling.save_traces_folder", c.profiling.save_traces_folder}}) {
+    require(!folder.empty(), fmt::format("{} must not be empty", key));
+    const auto normal = std::filesystem::path(folder).lexically_normal();
+    require(normal != normal.root_path() || normal.empty(),
+            fmt::format("{} must not be the filesystem root (got '{}')", key, folder));
+  }
   require(c.metrics.log_freq > 0, fmt::format("metrics.log_freq must be > 0 (got {})", c.metrics.log_freq));
   require(c.profiling.profile_freq > 0,
           fmt::format("profiling.profile_freq must be > 0 (got {})", c.profiling.profile_freq));

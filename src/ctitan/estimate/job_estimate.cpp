@@ -94,6 +94,11 @@ double collective_bandwidth(const HardwareProfile& hw, int64_t span) {
 
 }  // namespace
 
+bool cpu_walk_follows(const config::JobConfig& config) {
+  return config.parallelism.tensor_parallel_degree == 1 && config.parallelism.pipeline_parallel_degree == 1 &&
+         config.activation_checkpoint.mode == config::ActivationCheckpointMode::kNone;
+}
+
 JobShape job_shape_from_config(const config::JobConfig& config, const models::ModelArgs& model,
                                int64_t world_size) {
   JobShape job;

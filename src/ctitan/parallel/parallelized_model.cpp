@@ -239,6 +239,12 @@ StepTimes ParallelizedModel::take_step_times() {
   return times;
 }
 
+const char* ParallelizedModel::compute_precision() const {
+  if (!bf16_) return "fp32";
+  // FSDP casts the parameters it gathers (its param_dtype); otherwise autocast casts per op.
+  return shard_group_ ? "bf16 parameters (FSDP param_dtype), fp32 master shards" : "bf16 autocast (fp32 master weights)";
+}
+
 std::optional<double> ParallelizedModel::pipeline_bubble_theory() const {
   if (!pipeline_) return std::nullopt;
   return pipeline_->theoretical_bubble();

@@ -70,6 +70,9 @@ class ParallelizedModel {
   // empty when every tensor is whole.
   ShardLayouts shard_layouts() const;
   StepTimes take_step_times();
+  // How the step computes: "fp32", FSDP's bf16 parameters over fp32 master shards, or bf16
+  // autocast over fp32 weights.
+  const char* compute_precision() const;
   // The schedule's idle share in theory; none without PP.
   std::optional<double> pipeline_bubble_theory() const;
 

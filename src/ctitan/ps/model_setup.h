@@ -1,6 +1,6 @@
 #pragma once
-// The model every ctitan ps process builds: seeded and initialised exactly as train::Trainer
-// builds it, so that the server, each trainer and a `ctitan train` of the same config start from
+// The model every ctitan ps process builds: seeded and initialised by train::seed_job and
+// build_model, as train::Trainer builds it, so that the server, each trainer and a `ctitan train` of the same config start from
 // the same bytes. On the CPU: the parameters cross the wire as CPU tensors.
 #include <torch/torch.h>
 
@@ -14,6 +14,7 @@
 #include "ctitan/data/tokenizer.h"
 #include "ctitan/models/common/transformer.h"
 #include "ctitan/ps/ps_config.h"
+#include "ctitan/train/job_setup.h"
 
 namespace ctitan::ps {
 
@@ -21,8 +22,9 @@ namespace ctitan::ps {
 inline constexpr const char* kEmbedding = "tok_embeddings.weight";
 
 struct SeededModel {
-  std::shared_ptr<const data::Tokenizer> tokenizer;  // null without model.tokenizer_path
-  models::ModelArgs args;
+  train::JobSeed job;  // seeded as the Trainer seeds: the same tokenizer and args
+  std::shared_ptr<const data::Tokenizer> tokenizer;  // job's: null without model.tokenizer_path
+  models::ModelArgs args;                            // job's
   models::Transformer model{nullptr};
   std::vector<std::pair<std::string, torch::Tensor>> named_params;  // named_parameters() order
   std::vector<torch::Tensor> params;                                // the same, without names

@@ -6,13 +6,13 @@
 
 #include "ctitan/common/error.h"
 #include "ctitan/data/packed_loader.h"
-#include "ctitan/data/token_stream.h"
 #include "ctitan/metrics/memory_tracker.h"
 #include "ctitan/metrics/peak_flops.h"
 #include "ctitan/models/common/flops.h"
 #include "ctitan/rpc/api.h"
 #include "ctitan/components/autocast.h"
 #include "ctitan/components/loss.h"
+#include "ctitan/train/job_setup.h"
 
 namespace ctitan::ps {
 
@@ -99,24 +99,16 @@ std::map<int, StateDict> trainer_loader_states(const StateDict& dataloader, int 
 
 void run_validation(const config::JobConfig& config, PsLayout layout, SeededModel& model,
                     metrics::MetricsProcessor& metrics, int64_t step) {
-  torch::NoGradGuard no_grad;
-  const auto& v = config.validation;
-  const auto& t = config.training;
-  const std::string path = v.dataset_path.empty() ? t.dataset_path : v.dataset_path;
-  data::PackedLoader loader(data::open_token_stream(path, v.dataset.empty() ? t.dataset : v.dataset, model.tokenizer,
-                                                    "validation.dataset_path"),
-                            t.seq_len, t.local_batch_size * layout.trainers(),
-                            fmt::format("validation.dataset_path '{}'", path), 0, 1, model.args.vocab_size);
-  double loss_sum = 0;
-  int64_t tokens = 0;
-  for (int64_t i = 0; i < v.steps; ++i) {
-    auto batch = loader.next();  // inputs, labels: (trainers x B, T)
-    components::AutocastGuard autocast(config.training.mixed_precision_param == torch::kBFloat16, torch::kCPU);
-    auto logits = model.model->forward(batch.inputs);  // (trainers x B, T, vocab)
-    loss_sum += components::summed_cross_entropy(logits, batch.labels).item<double>();
-    tokens += components::count_valid_tokens(batch.labels).item<int64_t>();
-  }
-  metrics.log_validation(step, loss_sum / double(std::max<int64_t>(tokens, 1)), tokens);
+  // One process's batch of every trainer's rows (trainers x B, T): the validation of a ctitan
+  // train of trainers data-parallel ranks.
+  auto loader = train::make_loader(config, model.job, train::DataSplit::kValidation,
+                                   config.training.local_batch_size * layout.trainers(), 0, 1);
+  const bool bf16 = config.training.mixed_precision_param == torch::kBFloat16;
+  auto sums = train::validation_sums(config, *loader, torch::kCPU, [&](const auto& inputs, const auto& labels) {
+    components::AutocastGuard autocast(bf16, torch::kCPU);
+    return components::summed_cross_entropy(model.model->forward(inputs), labels);  // logits (trainers x B, T, vocab)
+  });
+  metrics.log_validation(step, sums.loss_sum / double(std::max<int64_t>(sums.tokens, 1)), sums.tokens);
 }
 
 }  // namespace ctitan::ps

@@ -27,6 +27,7 @@
 #include "ctitan/train/determinism.h"
 #include "ctitan/components/grad_clip.h"
 #include "ctitan/components/loss.h"
+#include "ctitan/train/job_setup.h"
 #include "ctitan/train/model_builder.h"
 
 namespace ctitan::train {
@@ -48,13 +49,8 @@ Trainer::Trainer(config::JobConfig config)
   dp_degree_ = dist_->dims.dp();
   dp_rank_ = dist_->mesh->local_rank("dp");
   const auto& t = config_.training;
-  torch::manual_seed(uint64_t(config_.debug.seed));
-  if (config_.debug.deterministic) use_deterministic_algorithms(device_);
-
-  if (!config_.model.tokenizer_path.empty()) {
-    tokenizer_ = std::make_shared<data::Tokenizer>(data::Tokenizer::load(config_.model.tokenizer_path));
-  }
-  auto args = model_args_from_config(config_, tokenizer_.get());
+  job_ = seed_job(config_, device_);
+  const auto& args = job_.args;
   refuse_if_the_step_cannot_fit(args);
   parallel::refuse_layouts_the_model_lacks(args, dist_->dims, config_);
   model_ = parallel::parallelize(build_model(args, device_), *dist_, config_, device_);
@@ -69,7 +65,7 @@ Trainer::Trainer(config::JobConfig config)
                                   "x dp degree {}", global_batch, t.local_batch_size, dp_degree_));
   }
   grad_accum_steps_ = global_batch / (t.local_batch_size * dp_degree_);
-  dataloader_ = make_loader(t.dataset_path, t.dataset, "training.dataset_path");
+  dataloader_ = make_loader(config_, job_, DataSplit::kTraining, t.local_batch_size, dp_rank_, dp_degree_);
 
   const double flops_per_token = models::flops_per_token(args, t.seq_len);
   auto peak = metrics::resolve_peak_flops(config_.metrics.peak_flops, bf16_ ? torch::kBFloat16 : torch::kFloat, device_);
@@ -136,22 +132,14 @@ Trainer::Trainer(config::JobConfig config)
                  cpu_description());
   }
   spdlog::info("device {}, {} intra-op threads, compute {}, seq_len {}, local batch {}, grad accumulation {}",
-               device_.str(), at::get_num_threads(),
-               !bf16_ ? "fp32" : dist_->dims.fsdp_enabled() ? "bf16 parameters (FSDP param_dtype), fp32 master shards"
-                                       : "bf16 autocast (fp32 master weights)",
-               t.seq_len, t.local_batch_size, grad_accum_steps_);
+               device_.str(), at::get_num_threads(), model_->compute_precision(), t.seq_len, t.local_batch_size, grad_accum_steps_);
   spdlog::info("FLOPs per token {:.3e}; peak {:.3f} TFLOP/s for MFU ({})", flops_per_token, peak.flops / 1e12,
                peak.source);
 }
 
 void Trainer::refuse_if_the_step_cannot_fit(const models::ModelArgs& args) const {
-  // The CPU walk of `ctitan estimate` follows ctitan's own step (within 2% of the measured peak)
-  // without TP, PP or activation checkpointing; other runs are not checked (it would overestimate).
-  if (!device_.is_cpu() || config_.parallelism.tensor_parallel_degree != 1 ||
-      config_.parallelism.pipeline_parallel_degree != 1 ||
-      config_.activation_checkpoint.mode != config::ActivationCheckpointMode::kNone) {
-    return;
-  }
+  // Only where `ctitan estimate`'s CPU walk follows the step; elsewhere it would overestimate.
+  if (!device_.is_cpu() || !estimate::cpu_walk_follows(config_)) return;
   auto hw = estimate::hardware_profile("cpu");
   hw.memory_bytes = metrics::physical_memory_bytes() / dist_->env.local_world_size;
   auto job = estimate::job_shape_from_config(config_, args, dist_->env.world_size);
@@ -204,15 +192,6 @@ void Trainer::check_no_non_finite_step() const {
     throw std::runtime_error(fmt::format("step {}: the gradient norm was not finite (a non-finite loss or gradient); "
                                          "training stopped, nothing after it was saved", step));
   }
-}
-
-std::unique_ptr<data::PackedLoader> Trainer::make_loader(const std::string& path, const std::string& format,
-                                                         const std::string& key) const {
-  auto stream = data::open_token_stream(path, format, tokenizer_, key);
-  return std::make_unique<data::PackedLoader>(std::move(stream), config_.training.seq_len,
-                                              config_.training.local_batch_size,
-                                              fmt::format("{} '{}'", key, path), dp_rank_, dp_degree_,
-                                              model_->args().vocab_size);
 }
 
 std::vector<data::Batch> Trainer::next_global_batch() {
@@ -333,17 +312,11 @@ void Trainer::train_steps() {
 }
 
 double Trainer::validate() {
-  torch::NoGradGuard no_grad;
-  const auto& v = config_.validation;
-  auto loader = make_loader(v.dataset_path.empty() ? config_.training.dataset_path : v.dataset_path,
-                            v.dataset.empty() ? config_.training.dataset : v.dataset, "validation.dataset_path");
-  double loss_sum = 0;
-  int64_t tokens = 0;
-  for (int64_t i = 0; i < v.steps; ++i) {
-    auto batch = loader->next();
-    loss_sum += model_->evaluate(batch.inputs.to(device_), batch.labels.to(device_)).item<double>();
-    tokens += components::count_valid_tokens(batch.labels).item<int64_t>();
-  }
+  auto loader = make_loader(config_, job_, DataSplit::kValidation, config_.training.local_batch_size, dp_rank_,
+                            dp_degree_);
+  auto [loss_sum, tokens] = validation_sums(config_, *loader, device_, [this](const auto& inputs, const auto& labels) {
+    return model_->evaluate(inputs, labels);
+  });
   loss_sum = model_->sum_over_stages(loss_sum);  // under PP only the last stage's ranks held a loss
   // Every dp rank evaluated its own shard of the validation windows.
   auto totals = torch::tensor({loss_sum, double(tokens)}, torch::kDouble);

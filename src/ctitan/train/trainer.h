@@ -21,6 +21,7 @@
 #include "ctitan/components/adamw.h"
 #include "ctitan/components/grad_clip.h"
 #include "ctitan/train/housekeeping.h"
+#include "ctitan/train/job_setup.h"
 #include "ctitan/components/lr_scheduler.h"
 #include "ctitan/parallel/parallelized_model.h"
 
@@ -82,8 +83,6 @@ class Trainer : public checkpoint::Stateful {
   void check_no_non_finite_step() const;
   // comm.link_gbytes_per_s, or an all-gather measured now over the dp group (collective).
   double link_bytes_per_second() const;
-  std::unique_ptr<data::PackedLoader> make_loader(const std::string& path, const std::string& format,
-                                                  const std::string& key) const;
 
   config::JobConfig config_;
   std::unique_ptr<distributed::DistContext> dist_;  // a single process is a world of one
@@ -91,7 +90,7 @@ class Trainer : public checkpoint::Stateful {
   int64_t dp_rank_ = 0, dp_degree_ = 1;
   torch::Device device_;
   bool bf16_;
-  std::shared_ptr<const data::Tokenizer> tokenizer_;
+  JobSeed job_;  // tokenizer and model args
   // The model with the config's parallelism applied: what every step trains.
   std::unique_ptr<parallel::ParallelizedModel> model_;
   std::unique_ptr<components::AdamW> optimizer_;
