@@ -1,14 +1,17 @@
 // `ctitan train` run as a user runs it: exit codes, error lines, files on disk.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <fstream>
 #include <sstream>
 
+#include "support/processes.h"
 #include "support/test_support.h"
 #include "support/tiny_job.h"
 
@@ -246,6 +249,36 @@ TEST(CliProgress, BarsOnlyWhenStderrIsATerminal) {
   piped = testing::run_ctitan(prepare);
   ASSERT_EQ(piped.exit_code, 0) << piped.output;
   EXPECT_EQ(piped.output.find('\r'), std::string::npos) << piped.output;
+}
+
+// Two runs on one job.dump_folder used to both exit 0, the first run's metrics and checkpoints
+// lost. The second is refused, naming the first; and a run killed with -9 leaves no stale lock.
+TEST(CliTrain, ASecondRunOnTheSameDumpFolderIsRefusedNamingTheFirst) {
+  TempDir dir;
+  const auto lock_file = dir.file(".ctitan.lock");
+  const pid_t first = testing::spawn_ctitan(concat({"train"}, concat(testing::tiny_job_args(dir.path()),
+                                                                     {"--training.steps", "1000000"})),
+                                            dir.file("first.log"));
+  const bool holding = testing::wait_until([&] {
+    std::ifstream in(lock_file);
+    std::string text;
+    std::getline(in, text);
+    return text.rfind("pid ", 0) == 0;
+  }, 60);
+  if (!holding) {
+    kill(first, SIGKILL);
+    testing::wait_exit(first, 30);
+    FAIL() << "the first run never took the lock";
+  }
+  auto second = testing::run_ctitan(concat({"train"}, testing::tiny_job_args(dir.path())));
+  expect_clean_failure(second, 2, "job.dump_folder '" + dir.path().string() + "' is in use by another run (pid " +
+                                      std::to_string(first) + " on ");
+  EXPECT_FALSE(testing::process_gone(first)) << "the refused run must leave the first one running";
+  kill(first, SIGKILL);
+  EXPECT_EQ(testing::wait_exit_or_kill(first, 30), 128 + SIGKILL);
+  // The kernel dropped the dead run's lock: the next run on the folder trains.
+  auto third = testing::run_ctitan(concat({"train"}, concat(testing::tiny_job_args(dir.path()), {"--training.steps", "2"})));
+  EXPECT_EQ(third.exit_code, 0) << third.output;
 }
 
 }  // namespace

@@ -7,9 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "ctitan/cli/commands.h"
+#include "ctitan/common/folder_lock.h"
 #include "ctitan/common/threads.h"
+#include "ctitan/distributed/dist_env.h"
 #include "ctitan/common/input_file.h"
 #include "ctitan/config/config_help.h"
 #include "ctitan/config/config_manager.h"
@@ -48,6 +51,10 @@ CLI::App* add_job_subcommand(CLI::App& app, const std::string& name, const std::
     configure_threads();
     if (config.job.print_config) std::cout << config::to_toml(config) << std::flush;
     if (!config.job.description.empty()) spdlog::info("job: {}", config.job.description);
+    // One run per dump folder, held by global rank 0 until the run ends (the others write under
+    // the same folder only while it holds it).
+    std::optional<FolderLock> dump_folder_lock;
+    if (distributed::read_dist_env().rank == 0) dump_folder_lock.emplace(config.job.dump_folder, "job.dump_folder");
     run(std::move(config));
   });
   return cmd;
