@@ -92,7 +92,8 @@ int main(int argc, char** argv) try {
               {"train_state", {{"step", torch::tensor(step)}}}};
     }
     checkpoint::PartLayouts shard_layouts() const override {
-      return {{"model", fsdp.shard_layouts()}, {"optimizer", optimizer.state_layouts(fsdp.shard_layouts())}};
+      auto model = fsdp.shard_layouts();
+      return {{"model", model}, {"optimizer", optimizer.state_layouts(model)}};
     }
     void load_state_dicts(const checkpoint::PartStates& loaded) override {
       torch::NoGradGuard no_grad;

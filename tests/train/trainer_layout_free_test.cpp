@@ -15,7 +15,9 @@ TEST(TrainerLayoutFree, TrainNamesNoParallelismButParallelizedModel) {
   const fs::path train = fs::path(CTITAN_SOURCE_DIR) / "src" / "ctitan" / "train";
   ASSERT_TRUE(fs::is_directory(train));
   const std::regex forbidden(
-      R"(#include "ctitan/parallel/(?!parallelized_model\.h)|(fsdp|ddp|tp|pp|dp|cp|ep)_enabled\(\)|tensor_parallel_degree|pipeline_parallel_degree|data_parallel_(shard|replicate)_degree)");
+      R"re(#include "ctitan/parallel/(?!parallelized_model\.h)|(fsdp|ddp|tp|pp|dp|cp|ep)_enabled\(\)|)re"
+      R"re(dims\.(tp|pp|cp|ep|dp_shard|dp_replicate)\b|local_rank\("(tp|pp|cp|ep|dp_shard|dp_replicate)"\)|)re"
+      R"re(tensor_parallel_degree|pipeline_parallel_degree|data_parallel_(shard|replicate)_degree)re");
   int checked = 0;
   for (const auto& entry : fs::directory_iterator(train)) {
     if (!entry.is_regular_file()) continue;

@@ -29,7 +29,7 @@ namespace ctitan::checkpoint {
 
 class CheckpointManager {
  public:
-  // `world` (null for one process) decides collectively, once per step, whether any rank got
+  // `world` (null where the caller has no group, as the ps servers) decides collectively, once per step, whether any rank got
   // SIGTERM. `job` is what every save and load reads and fills; it outlives the manager.
   CheckpointManager(const config::JobConfig& config, std::shared_ptr<Coordinator> coordinator,
                     std::shared_ptr<distributed::Communicator> world, RankPlace place, Stateful& job);

@@ -14,6 +14,10 @@ using PartLayouts = std::map<std::string, ShardLayouts>;
 
 class Stateful {
  public:
+  Stateful() = default;
+  // The CheckpointManager keeps a pointer to its job: the job stays where it was built.
+  Stateful(const Stateful&) = delete;
+  Stateful& operator=(const Stateful&) = delete;
   virtual ~Stateful() = default;
   // Every part by name: the live tensors (a save snapshots them), per-rank parts as fresh copies.
   virtual PartStates state_dicts() const = 0;

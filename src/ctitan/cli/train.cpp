@@ -51,8 +51,8 @@ CLI::App* add_job_subcommand(CLI::App& app, const std::string& name, const std::
     configure_threads();
     if (config.job.print_config) std::cout << config::to_toml(config) << std::flush;
     if (!config.job.description.empty()) spdlog::info("job: {}", config.job.description);
-    // One run per dump folder, held by global rank 0 until the run ends (the others write under
-    // the same folder only while it holds it).
+    // One run per dump folder: global rank 0 holds the lock until the run ends; a refused rank 0
+    // exits 2 and the launcher stops the other ranks.
     std::optional<FolderLock> dump_folder_lock;
     if (distributed::read_dist_env().rank == 0) dump_folder_lock.emplace(config.job.dump_folder, "job.dump_folder");
     run(std::move(config));

@@ -1,6 +1,7 @@
 #include "ctitan/common/folder_lock.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -44,6 +45,12 @@ FolderLock::FolderLock(const std::filesystem::path& folder, const std::string& k
     const auto holder = error == EWOULDBLOCK ? holder_of(fd_) : std::string();
     ::close(fd_);
     fd_ = -1;
+    if (error == ENOSYS || error == ENOLCK || error == EOPNOTSUPP) {
+      // Lustre without -o flock, NFSv3 without a lock daemon: running unlocked beats refusing to run.
+      spdlog::warn("{} '{}': this filesystem does not lock files ({}); a second run on the folder would not be "
+                   "refused", key, folder.string(), std::strerror(error));
+      return;
+    }
     if (error == EWOULDBLOCK) {
       throw InputError(fmt::format("{} '{}' is in use by another run ({}): wait for it to end, or give another {}",
                                    key, folder.string(), holder, key),

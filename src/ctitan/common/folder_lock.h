@@ -2,7 +2,8 @@
 // FolderLock: one run per output folder. Holds an exclusive flock on `<folder>/.ctitan.lock` for
 // its lifetime, so a second run started on the same job.dump_folder is refused at once instead of
 // both exiting 0 with one's metrics and checkpoints lost. The kernel drops the lock when its
-// holder dies, however it dies, so a crashed run never leaves a stale lock behind.
+// holder dies, however it dies, so a crashed run never leaves a stale lock behind. On a
+// filesystem without flock (Lustre without -o flock, NFSv3 without lockd) it warns and holds none.
 #include <filesystem>
 #include <string>
 

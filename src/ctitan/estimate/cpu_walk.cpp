@@ -1,7 +1,7 @@
 // The CPU memory walk: ctitan's own step, tensor by tensor, so that its peak reproduces the
 // counting allocator's `memory_peak_bytes`.
 //
-// Follows Trainer::forward_backward with the fused kernels of ops/ (what each autograd Function
+// Follows ParallelizedModel::forward_backward with the fused kernels of ops/ (what each autograd Function
 // saves is in its forward), autocast's bf16 weight copies, parallel/fsdp and parallel/ddp. The
 // autograd engine runs a node, releases what it saved and its incoming gradient, then runs the
 // ready node created last in forward: a weight's AccumulateGrad (and autocast's cast back to fp32

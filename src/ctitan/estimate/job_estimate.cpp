@@ -1,6 +1,6 @@
 // `ctitan estimate`'s public functions (job_estimate.h) and the time model: FLOPs, element-wise
-// memory traffic and communication per step. The memory walks are in job_estimate_cpu.cpp and
-// job_estimate_gpu.cpp, the shapes they and the time model share in job_estimate_shape.cpp.
+// memory traffic and communication per step. The memory walks are in cpu_walk.cpp and
+// gpu_walk.cpp, the shapes they and the time model share in job_shape.cpp.
 #include "ctitan/estimate/job_estimate.h"
 
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-// job_estimate_shape.h's functions: a block's parameters, FSDP's padded shard, the pipeline split.
+// job_shape.h's functions: a block's parameters, FSDP's padded shard, the pipeline split.
 #include "ctitan/estimate/job_shape.h"
 
 namespace ctitan::estimate::detail {

@@ -1,7 +1,7 @@
 #pragma once
 // The shapes job_estimate's memory walks and time model share: the widths a Llama block works
 // with, its parameters as FSDP shards them, and how a pipeline splits the layers into stages.
-// Internal to metrics/job_estimate*.cpp.
+// Internal to estimate/.
 #include <cstdint>
 #include <vector>
 

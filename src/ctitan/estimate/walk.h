@@ -1,7 +1,7 @@
 #pragma once
 // What job_estimate's two memory walks share: the ledger they write every allocation and free
-// into, and their entry points (job_estimate_cpu.cpp, job_estimate_gpu.cpp), which
-// estimate_memory calls. Internal to metrics/job_estimate*.cpp.
+// into, and their entry points (cpu_walk.cpp, gpu_walk.cpp), which
+// estimate_memory calls. Internal to estimate/.
 #include <array>
 #include <cstdint>
 #include <string>
@@ -58,9 +58,9 @@ struct WalkResult {
   double state_numel = 0;
 };
 
-// ctitan's own step on a CPU, tensor by tensor (job_estimate_cpu.cpp).
+// ctitan's own step on a CPU, tensor by tensor (cpu_walk.cpp).
 WalkResult walk_ctitan_cpu(const JobShape& job);
-// torchtitan's step on a GPU, block by block, for pipeline rank `pp_rank` (job_estimate_gpu.cpp).
+// torchtitan's step on a GPU, block by block, for pipeline rank `pp_rank` (gpu_walk.cpp).
 WalkResult walk_torchtitan_gpu(const JobShape& job, int64_t pp_rank);
 
 }  // namespace ctitan::estimate::detail

@@ -25,7 +25,8 @@ namespace ctitan::metrics {
 struct MetricsSetup {
   double flops_per_token = 0;  // the model's training FLOPs per token (torchtitan's formula)
   double peak_flops = 0;       // the FLOP/s MFU divides by
-  // Null for one process. dp: the loss is summed over it; world: the step time is maxed over it.
+  // dp: the loss is summed over it; world: the step time is maxed over it. Null where a caller has
+  // no groups (the ps server); the trainer's world of one has groups of one rank.
   std::shared_ptr<distributed::Communicator> dp_group, world;
   std::function<int64_t()> comm_bytes;  // payload bytes of the mesh's collectives so far
   std::function<double()> comm_seconds;  // seconds blocked in the mesh's collectives so far

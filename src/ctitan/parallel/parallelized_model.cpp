@@ -35,11 +35,12 @@ std::unique_ptr<ParallelizedModel> parallelize(models::Transformer model, const 
   out->bf16_ = config.training.mixed_precision_param == torch::kBFloat16;
   out->device_type_ = device.type();
   out->parts_.push_back(std::move(model));
+  out->ranks_per_batch_ = dist.dims.tp * dist.dims.pp;
   // torchtitan's order: pipeline split, then per stage TP -> activation checkpointing -> FSDP or
   // DDP; activation checkpointing also applies to one process.
   if (dist.dims.pp_enabled()) out->apply_pipeline(dist, config, device);
   if (dist.dims.tp_enabled()) out->apply_tensor_parallel(dist, config);
-  out->apply_activation_checkpointing(config);
+  out->apply_checkpointing(config);
   out->apply_data_parallel(dist, config);
   // The parameters are fixed from here on.
   out->grad_norm_groups_ = {out->shard_group_.get(), nullptr, {}, out->pp_group_.get()};
@@ -66,6 +67,8 @@ void ParallelizedModel::apply_pipeline(const distributed::DistContext& dist, con
   for (auto& more : stage.more_models) parts_.push_back(std::move(more));
   stage_of_part_ = stage.stages;
   pp_group_ = dist.mesh->group("pp");
+  pp_rank_ = int(dist.mesh->local_rank("pp"));
+  pp_size_ = int(dist.dims.pp);
   const auto& args = this->args();
   // The residual stream's dtype crosses: fp32 (embeddings are not autocast, and bf16 autocast
   // adds the blocks' outputs onto fp32), or FSDP's param_dtype, in which the embeddings compute.
@@ -109,7 +112,7 @@ void ParallelizedModel::apply_tensor_parallel(const distributed::DistContext& di
                async ? "; async TP (collectives micro-pipelined with their matmuls)" : "");
 }
 
-void ParallelizedModel::apply_activation_checkpointing(const config::JobConfig& config) {
+void ParallelizedModel::apply_checkpointing(const config::JobConfig& config) {
   const auto& ac = config.activation_checkpoint;
   int wrapped = 0;
   for (auto& part : parts_) wrapped += parallel::apply_activation_checkpointing(*part, ac);
@@ -245,9 +248,9 @@ const char* ParallelizedModel::compute_precision() const {
   return shard_group_ ? "bf16 parameters (FSDP param_dtype), fp32 master shards" : "bf16 autocast (fp32 master weights)";
 }
 
-std::optional<double> ParallelizedModel::pipeline_bubble_theory() const {
+std::optional<PipelinePosition> ParallelizedModel::pipeline_position() const {
   if (!pipeline_) return std::nullopt;
-  return pipeline_->theoretical_bubble();
+  return PipelinePosition{pp_rank_, pp_size_, pipeline_->theoretical_bubble()};
 }
 
 }  // namespace ctitan::parallel

@@ -24,6 +24,13 @@
 
 namespace ctitan::parallel {
 
+// This rank's place in the pipeline, for the metrics.
+struct PipelinePosition {
+  int rank = 0;               // pp rank
+  int size = 1;               // pp degree
+  double bubble_theory = 0;   // the schedule's idle share in theory (schedule_sim.h)
+};
+
 // Where the step's seconds went since the last take_step_times().
 struct StepTimes {
   double exposed_comm_seconds = 0;  // the trainer's thread blocked on collectives (DP, TP)
@@ -73,8 +80,11 @@ class ParallelizedModel {
   // How the step computes: "fp32", FSDP's bf16 parameters over fp32 master shards, or bf16
   // autocast over fp32 weights.
   const char* compute_precision() const;
-  // The schedule's idle share in theory; none without PP.
-  std::optional<double> pipeline_bubble_theory() const;
+  // None without PP.
+  std::optional<PipelinePosition> pipeline_position() const;
+  // How many ranks compute one data-parallel rank's batch together (a tp group, a pipeline's
+  // stages): throughput per device divides the batch's tokens by it, as torchtitan does.
+  int64_t ranks_per_batch() const { return ranks_per_batch_; }
 
  private:
   friend std::unique_ptr<ParallelizedModel> parallelize(models::Transformer model, const distributed::DistContext& dist,
@@ -82,7 +92,7 @@ class ParallelizedModel {
   ParallelizedModel() = default;
   void apply_pipeline(const distributed::DistContext& dist, const config::JobConfig& config, torch::Device device);
   void apply_tensor_parallel(const distributed::DistContext& dist, const config::JobConfig& config);
-  void apply_activation_checkpointing(const config::JobConfig& config);
+  void apply_checkpointing(const config::JobConfig& config);
   void apply_data_parallel(const distributed::DistContext& dist, const config::JobConfig& config);
   // One data-parallel wrapper per model part, seen as one (DataParallelParts).
   using PartWrapper = std::unique_ptr<DataParallel>;
@@ -98,12 +108,16 @@ class ParallelizedModel {
   // Each local stage's data-parallel wrapper (inside data_parallel_), for the schedule's per-stage sync.
   std::map<int, DataParallel*> stage_data_parallel_;
   std::shared_ptr<distributed::Communicator> pp_group_;  // null without PP
-  std::unique_ptr<pipeline::PipelineRuntime> pipeline_;  // null without PP
+  // Null without PP. Its stage functions reach stage_data_parallel_'s wrappers: it must not
+  // outlive data_parallel_ in a call (it runs only inside forward_backward and evaluate).
+  std::unique_ptr<pipeline::PipelineRuntime> pipeline_;
   // Destroyed before the parts they hook (members are destroyed in reverse order).
   std::unique_ptr<tp::TensorParallel> tensor_parallel_;  // null without TP
   std::unique_ptr<DataParallel> data_parallel_;          // DDP, FSDP or HSDP; null without them
   std::shared_ptr<distributed::Communicator> shard_group_;  // FSDP's dp_shard group, else null
   bool reduce_every_microbatch_ = false;
+  int64_t ranks_per_batch_ = 1;
+  int pp_rank_ = 0, pp_size_ = 1;
   components::GradNormGroups grad_norm_groups_;
 };
 

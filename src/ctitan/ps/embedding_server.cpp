@@ -27,7 +27,7 @@ EmbeddingServer::EmbeddingServer(config::JobConfig config, PsLayout layout)
   metrics_ = make_server_metrics(config_, model_, layout_, stats_, step_);
   checkpointer_->set_before_save([this] { metrics_->sync(); });
   spdlog::info("ps: dist_autograd server of {} trainer{}: owns tok_embeddings ({} x {}), {} steps", layout_.trainers(),
-               layout_.trainers() == 1 ? "" : "s", model_.args.vocab_size, model_.args.dim, config_.training.steps);
+               layout_.trainers() == 1 ? "" : "s", model_.job.args.vocab_size, model_.job.args.dim, config_.training.steps);
 }
 
 rpc::RRef EmbeddingServer::embedding() {

@@ -13,9 +13,7 @@ SeededModel build_seeded_model(const config::JobConfig& config) {
   }
   SeededModel out;
   out.job = train::seed_job(config, torch::Device(torch::kCPU));
-  out.tokenizer = out.job.tokenizer;
-  out.args = out.job.args;
-  out.model = train::build_model(out.args, torch::Device(torch::kCPU));
+  out.model = train::build_model(out.job.args, torch::Device(torch::kCPU));
   for (const auto& item : out.model->named_parameters()) {
     out.named_params.emplace_back(item.key(), item.value());
     out.params.push_back(item.value());

@@ -1,7 +1,8 @@
 #pragma once
 // The model every ctitan ps process builds: seeded and initialised by train::seed_job and
-// build_model, as train::Trainer builds it, so that the server, each trainer and a `ctitan train` of the same config start from
-// the same bytes. On the CPU: the parameters cross the wire as CPU tensors.
+// build_model, as train::Trainer builds it, so that the server, each trainer and a `ctitan train`
+// of the same config start from the same bytes. On the CPU: the parameters cross the wire as CPU
+// tensors.
 #include <torch/torch.h>
 
 #include <memory>
@@ -23,8 +24,6 @@ inline constexpr const char* kEmbedding = "tok_embeddings.weight";
 
 struct SeededModel {
   train::JobSeed job;  // seeded as the Trainer seeds: the same tokenizer and args
-  std::shared_ptr<const data::Tokenizer> tokenizer;  // job's: null without model.tokenizer_path
-  models::ModelArgs args;                            // job's
   models::Transformer model{nullptr};
   std::vector<std::pair<std::string, torch::Tensor>> named_params;  // named_parameters() order
   std::vector<torch::Tensor> params;                                // the same, without names

@@ -21,7 +21,7 @@ std::unique_ptr<metrics::MetricsProcessor> make_server_metrics(const config::Job
                                                                PushStats& stats, int64_t resumed_step) {
   const bool bf16 = config.training.mixed_precision_param == torch::kBFloat16;
   metrics::MetricsSetup setup;
-  setup.flops_per_token = models::flops_per_token(model.args, config.training.seq_len);
+  setup.flops_per_token = models::flops_per_token(model.job.args, config.training.seq_len);
   setup.peak_flops = metrics::resolve_peak_flops(config.metrics.peak_flops, bf16 ? torch::kBFloat16 : torch::kFloat).flops;
   setup.memory_capacity_bytes = metrics::physical_memory_bytes() / layout.world_size;
   setup.comm_bytes = [&stats] { return stats.total_bytes(); };

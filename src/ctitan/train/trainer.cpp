@@ -24,7 +24,6 @@
 #include "ctitan/metrics/profiler.h"
 #include "ctitan/models/common/flops.h"
 #include "ctitan/models/common/parameter_shapes.h"
-#include "ctitan/train/determinism.h"
 #include "ctitan/components/grad_clip.h"
 #include "ctitan/components/loss.h"
 #include "ctitan/train/job_setup.h"
@@ -87,10 +86,10 @@ Trainer::Trainer(config::JobConfig config)
   // Under PP the loss is summed over pp as well: ranks without the last stage add an exact 0, so
   // rank 0 logs the real loss (torchtitan's first stage logs -1).
   metrics::MetricsSetup metrics{flops_per_token, peak.flops, dist_->loss_group(), dist_->world};
-  if (auto bubble = model_->pipeline_bubble_theory()) {
-    metrics.pp_bubble_theory = *bubble;
-    metrics.pp_rank = int(dist_->mesh->local_rank("pp"));
-    metrics.pp_size = int(dist_->dims.pp);
+  if (auto pipeline = model_->pipeline_position()) {
+    metrics.pp_bubble_theory = pipeline->bubble_theory;
+    metrics.pp_rank = pipeline->rank;
+    metrics.pp_size = pipeline->size;
   }
   if (device_.is_cuda()) {
     metrics.cuda_device = device_.index();
@@ -216,7 +215,7 @@ StepResult Trainer::train_step(const std::vector<data::Batch>& microbatches) {
   model_->finish_gradients();
   auto grad_norm = components::clip_grad_norm(optimizer_->params(), config_.training.max_norm, model_->grad_norm_groups());
   stop_if_not_finite(grad_norm);
-  // After the grad norm, whose collectives count as exposed communication too.
+  // After the grad norm, so that TP's share of its all-reduces counts as exposed communication too.
   const auto times = model_->take_step_times();
   metrics_->add_comm_seconds(times.exposed_comm_seconds);
   metrics_->add_grad_sync_seconds(times.grad_sync_seconds);
@@ -286,7 +285,7 @@ void Trainer::train_steps() {
     ntokens_seen_ += result.tokens;
     // Throughput per device, as torchtitan: a tp group computes its dp rank's tokens together.
     // And a pipeline's stages compute them together too.
-    metrics_->record_step(result.tokens / (dist_->dims.tp * dist_->dims.pp), data_seconds);
+    metrics_->record_step(result.tokens / model_->ranks_per_batch(), data_seconds);
 
     const bool last = step_ == t.steps;
     if (step_ % config_.metrics.log_freq == 0 || last) {

@@ -74,14 +74,15 @@ class Trainer : public checkpoint::Stateful {
   void train_steps();  // the step loop of train(), which adds the emergency checkpoint on exceptions
   std::vector<data::Batch> next_global_batch();
   // A ConfigError with the numbers when `ctitan estimate`'s memory walk says the step cannot fit
-  // in this rank's share of the machine's memory (CPU runs without TP or AC), before anything
+  // in this rank's share of the machine's memory (CPU runs without TP, PP or AC), before anything
   // is allocated.
   void refuse_if_the_step_cannot_fit(const models::ModelArgs& args) const;
   // Throws, naming the step, when the gradient norm is not finite: before the update for CPU
   // norms; device norms are recorded and thrown by check_no_non_finite_step() (log steps, saves).
   void stop_if_not_finite(const torch::Tensor& grad_norm);
   void check_no_non_finite_step() const;
-  // comm.link_gbytes_per_s, or an all-gather measured now over the dp group (collective).
+  // comm.link_gbytes_per_s, or an all-gather measured now over the dp group, or the world when
+  // there is no data parallelism (collective).
   double link_bytes_per_second() const;
 
   config::JobConfig config_;
