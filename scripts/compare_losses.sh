@@ -2,8 +2,10 @@
 # Are two ctitan binaries' training results the same, bit for bit? For refactors that must not
 # move a number (issue #30: "Llama 3 results unchanged bit for bit"). Trains the Llama 3 debug
 # model in fp32 for 20 steps, every step logged, with each binary: in one process, FSDP(2), DDP(2),
-# TP(2) and PP(2), with two accumulated microbatches and validation on; then compares every step's
-# loss, grad_norm and validation loss (metrics.jsonl keeps all float bits).
+# TP(2), PP(2), interleaved PP(2), HSDP(2x2) and FSDP(2)xTP(2), with accumulated microbatches (4
+# in one process, 1 under HSDP) and validation on; then compares every step's loss, grad_norm and
+# validation loss (metrics.jsonl keeps all float bits). Extra flags apply to every run (e.g.
+# --model.name qwen3).
 #
 #   scripts/compare_losses.sh OLD/bin/ctitan NEW/bin/ctitan [extra train flags...]
 #
@@ -20,18 +22,20 @@ trap 'rm -rf "$work"' EXIT
 common=(--config configs/llama3_debug.toml --training.steps 20 --metrics.log_freq 1
         --training.mixed_precision_param float32 --metrics.peak_flops 1e12 --comm.link_gbytes_per_s 1
         --training.seq_len 128 --training.device cpu --training.local_batch_size 2
-        --training.global_batch_size 4 --validation.enable true --validation.freq 10 --validation.steps 2 "$@")
-launch=(run --nproc-per-node 2 --master-port 0 train)
-# name, then the flags of the launched layouts ("one" runs without the launcher).
-layouts=("one" "fsdp --parallelism.data_parallel_shard_degree 2"
-         "ddp --parallelism.data_parallel_replicate_degree 2 --parallelism.data_parallel_shard_degree 1"
-         "tp --parallelism.data_parallel_shard_degree 1 --parallelism.tensor_parallel_degree 2"
-         "pp --parallelism.data_parallel_shard_degree 1 --parallelism.pipeline_parallel_degree 2")
+        --training.global_batch_size 8 --validation.enable true --validation.freq 10 --validation.steps 2 "$@")
+# name, processes, then the flags of the launched layouts ("one" runs without the launcher).
+layouts=("one 1" "fsdp 2 --parallelism.data_parallel_shard_degree 2"
+         "ddp 2 --parallelism.data_parallel_replicate_degree 2 --parallelism.data_parallel_shard_degree 1"
+         "tp 2 --parallelism.data_parallel_shard_degree 1 --parallelism.tensor_parallel_degree 2"
+         "pp 2 --parallelism.data_parallel_shard_degree 1 --parallelism.pipeline_parallel_degree 2"
+         "ipp 2 --parallelism.data_parallel_shard_degree 1 --parallelism.pipeline_parallel_degree 2 --parallelism.pipeline_parallel_schedule Interleaved1F1B"
+         "hsdp 4 --parallelism.data_parallel_replicate_degree 2 --parallelism.data_parallel_shard_degree 2"
+         "fsdp_tp 4 --parallelism.data_parallel_shard_degree 2 --parallelism.tensor_parallel_degree 2")
 for side in old new; do
   bin=${!side}
   for layout in "${layouts[@]}"; do
-    read -r name flags <<< "$layout"
-    if [ "$name" = one ]; then cmd=("$bin" train); else cmd=("$bin" "${launch[@]}"); fi
+    read -r name nproc flags <<< "$layout"
+    if [ "$name" = one ]; then cmd=("$bin" train); else cmd=("$bin" run --nproc-per-node "$nproc" --master-port 0 train); fi
     # shellcheck disable=SC2086  # flags split into words on purpose
     CTITAN_NUM_THREADS=1 "${cmd[@]}" "${common[@]}" $flags --job.dump_folder "$work/$side/$name" \
       > "$work/$side-$name.log" 2>&1 || { echo "$side $name failed:"; tail -5 "$work/$side-$name.log"; exit 1; }
@@ -40,7 +44,7 @@ done
 python3 - "$work" <<'PY'
 import json, sys
 work, failed = sys.argv[1], False
-for run in ("one", "fsdp", "ddp", "tp", "pp"):
+for run in ("one", "fsdp", "ddp", "tp", "pp", "ipp", "hsdp", "fsdp_tp"):
     rows, validation = {}, {}
     for side in ("old", "new"):
         with open(f"{work}/{side}/{run}/metrics.jsonl") as f:

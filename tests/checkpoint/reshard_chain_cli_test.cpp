@@ -57,12 +57,12 @@ struct RunLosses {
   int64_t first_step = -1;           // the first step this run trained
 };
 
-RunLosses run_layout(const std::filesystem::path& dir, const Layout& layout, int64_t steps) {
+RunLosses run_layout(const std::filesystem::path& dir, const Layout& layout, int64_t steps, const Args& model) {
   Args head = {"train"};
   if (layout.nproc > 1) head = {"run", "--nproc-per-node", std::to_string(layout.nproc), "--master-port", "0", "train"};
   auto r = testing::run_ctitan(
       concat(concat(head, testing::tiny_job_args(dir)),
-             concat(concat(kReshardJob, layout.args), {"--training.steps", std::to_string(steps)})), 240);
+             concat(concat(concat(kReshardJob, model), layout.args), {"--training.steps", std::to_string(steps)})), 240);
   EXPECT_EQ(r.exit_code, 0) << layout.name << "\n" << r.output;
   RunLosses out;
   for (const auto& row : testing::read_jsonl((dir / "metrics.jsonl").string())) {
@@ -75,15 +75,16 @@ RunLosses run_layout(const std::filesystem::path& dir, const Layout& layout, int
 // Each layout in `chain` trains 4 more steps from the previous one's checkpoint. Layouts differ
 // from one process only in summation order (<= 5e-7 relative over 30 steps, CliFsdp.*), so the
 // 1e-4 relative bound of those tests applies; resuming with a wrong shard, lost optimizer moments
-// or a skipped or repeated sample moves the loss by percents.
-void expect_chain_matches_one_run(const std::vector<Layout>& chain) {
+// or a skipped or repeated sample moves the loss by percents. `model`: the tiny job's Llama, or
+// flags that make it another family.
+void expect_chain_matches_one_run(const std::vector<Layout>& chain, const Args& model = {}) {
   const int64_t steps = 4 * int64_t(chain.size());
   testing::TempDir reference_dir, chain_dir;
-  auto reference = run_layout(reference_dir.path(), kOne, steps).losses;
+  auto reference = run_layout(reference_dir.path(), kOne, steps, model).losses;
   ASSERT_EQ(reference.size(), size_t(steps));
   double worst = 0;
   for (size_t i = 0; i < chain.size(); ++i) {
-    auto result = run_layout(chain_dir.path(), chain[i], 4 * int64_t(i + 1));
+    auto result = run_layout(chain_dir.path(), chain[i], 4 * int64_t(i + 1), model);
     ASSERT_EQ(result.first_step, 4 * int64_t(i) + 1) << chain[i].name << " did not resume";
     ASSERT_EQ(result.losses.size(), 4 * (i + 1)) << chain[i].name;  // earlier layouts' rows are kept
     for (int64_t step = 4 * int64_t(i) + 1; step <= 4 * int64_t(i + 1); ++step) {
@@ -116,6 +117,13 @@ TEST(CliCheckpointReshard, TpLayoutChainMatchesOneRun) {
 // the union is the model. PP(2) -> 1 process -> PP(2) -> FSDP(2) -> PP(2)xFSDP(2) -> PP(2).
 TEST(CliCheckpointReshard, PpLayoutChainMatchesOneRun) {
   expect_chain_matches_one_run({kPp2, kOne, kPp2, kFsdp2, kPp2Fsdp2, kPp2});
+}
+
+// Qwen3 (QK-norm weights: FSDP rows, whole under TP; head_dim apart from dim / n_heads):
+// HSDP(2x2) -> FSDP(2)xTP(2) -> 1 process -> PP(2).
+TEST(CliCheckpointReshard, Qwen3LayoutChainMatchesOneRun) {
+  expect_chain_matches_one_run({kHsdp, kFsdp2Tp2, kOne, kPp2},
+                               {"--model.name", "qwen3", "--model.flavor", "debugmodel", "--model.hidden_dim", "128"});
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "ctitan/parallel/activation_checkpoint.h"
 #include "ctitan/parallel/data_parallel_parts.h"
 #include "ctitan/parallel/ddp.h"
+#include "ctitan/parallel/deferred_params.h"
 #include "ctitan/parallel/fsdp_plan.h"
 #include "ctitan/parallel/pipeline/pipeline_parallel.h"
 
@@ -29,19 +30,25 @@ void refuse_layouts_the_model_lacks(const models::ModelArgs& args, const distrib
   }
 }
 
-std::unique_ptr<ParallelizedModel> parallelize(models::Transformer model, const distributed::DistContext& dist,
+std::unique_ptr<ParallelizedModel> parallelize(models::DeferredModel model, const distributed::DistContext& dist,
                                                const config::JobConfig& config, torch::Device device) {
   std::unique_ptr<ParallelizedModel> out(new ParallelizedModel());
   out->bf16_ = config.training.mixed_precision_param == torch::kBFloat16;
   out->device_type_ = device.type();
-  out->parts_.push_back(std::move(model));
+  move_deferred(*model.model, device);
+  out->parts_.push_back(std::move(model.model));
   out->ranks_per_batch_ = dist.dims.tp * dist.dims.pp;
   // torchtitan's order: pipeline split, then per stage TP -> activation checkpointing -> FSDP or
-  // DDP; activation checkpointing also applies to one process.
+  // DDP; activation checkpointing also applies to one process. None of them reads a weight, and
+  // each keeps only this rank's part of it; the weights are drawn once the parts are known:
+  // before DDP, which broadcasts rank 0's values as it wraps, or after FSDP, whose shards are
+  // written in place.
   if (dist.dims.pp_enabled()) out->apply_pipeline(dist, config, device);
   if (dist.dims.tp_enabled()) out->apply_tensor_parallel(dist, config);
   out->apply_checkpointing(config);
+  if (!dist.dims.fsdp_enabled()) out->draw_initial_weights(model.draws);
   out->apply_data_parallel(dist, config);
+  if (dist.dims.fsdp_enabled()) out->draw_initial_weights(model.draws);
   // The parameters are fixed from here on.
   out->grad_norm_groups_ = {out->shard_group_.get(), nullptr, {}, out->pp_group_.get()};
   if (out->tensor_parallel_) {
@@ -51,6 +58,28 @@ std::unique_ptr<ParallelizedModel> parallelize(models::Transformer model, const 
     }
   }
   return out;
+}
+
+void ParallelizedModel::draw_initial_weights(const std::vector<models::InitialDraw>& draws) {
+  torch::NoGradGuard no_grad;
+  std::map<std::string, torch::Tensor> local;
+  for (const auto& [fqn, p] : trained_parameters()) local.emplace(fqn, p);
+  const auto layouts = shard_layouts();
+  for (const auto& d : draws) {
+    // Every parameter is drawn whole on the CPU, as an eager build draws it, so that the RNG
+    // stream and the values are the same whatever this rank keeps: the peak is one parameter.
+    auto whole = torch::empty(d.shape, torch::kFloat);
+    d.draw(whole);
+    auto it = local.find(d.fqn);
+    if (it == local.end()) continue;  // another pipeline stage's
+    auto& target = it->second;  // this rank's box of the parameter (shard_layouts), or all of it
+    if (models::is_deferred(target)) target.set_data(torch::empty(target.sizes(), target.options()));
+    auto piece = whole;
+    if (auto layout = layouts.find(d.fqn); layout != layouts.end()) {
+      for (int64_t dim = 0; dim < piece.dim(); ++dim) piece = piece.narrow(dim, layout->second.offset(size_t(dim)), target.size(dim));
+    }
+    target.copy_(piece);
+  }
 }
 
 std::vector<models::TransformerImpl*> ParallelizedModel::part_pointers() const {
@@ -130,8 +159,7 @@ void ParallelizedModel::apply_data_parallel(const distributed::DistContext& dist
   const auto& dims = dist.dims;
   const auto& p = config.parallelism;
   if (dims.fsdp_enabled()) {
-    // Every rank built the same full model from the same seed, so each can take its own shard
-    // without a broadcast.
+    // Each rank draws its own shards' values (draw_initial_weights), the same on every rank.
     fsdp::MeshGroups groups{dist.mesh->group("dp_shard"), dims.dp_replicate > 1 ? dist.mesh->group("dp_replicate") : nullptr};
     shard_group_ = groups.shard;
     fsdp::MixedPrecisionPolicy mp{bf16_ ? torch::kBFloat16 : torch::kFloat, config.training.mixed_precision_reduce};

@@ -17,6 +17,7 @@
 #include "ctitan/components/grad_clip.h"
 #include "ctitan/config/job_config.h"
 #include "ctitan/distributed/init_distributed.h"
+#include "ctitan/models/common/deferred_init.h"
 #include "ctitan/models/common/transformer.h"
 #include "ctitan/parallel/data_parallel.h"
 #include "ctitan/parallel/pipeline/runtime.h"
@@ -87,12 +88,15 @@ class ParallelizedModel {
   int64_t ranks_per_batch() const { return ranks_per_batch_; }
 
  private:
-  friend std::unique_ptr<ParallelizedModel> parallelize(models::Transformer model, const distributed::DistContext& dist,
+  friend std::unique_ptr<ParallelizedModel> parallelize(models::DeferredModel model, const distributed::DistContext& dist,
                                                         const config::JobConfig& config, torch::Device device);
   ParallelizedModel() = default;
   void apply_pipeline(const distributed::DistContext& dist, const config::JobConfig& config, torch::Device device);
   void apply_tensor_parallel(const distributed::DistContext& dist, const config::JobConfig& config);
   void apply_checkpointing(const config::JobConfig& config);
+  // Gives this rank's parameters (whole, or their parts) their initial values: every draw is
+  // made in order, what this rank does not keep is dropped.
+  void draw_initial_weights(const std::vector<models::InitialDraw>& draws);
   void apply_data_parallel(const distributed::DistContext& dist, const config::JobConfig& config);
   // One data-parallel wrapper per model part, seen as one (DataParallelParts).
   using PartWrapper = std::unique_ptr<DataParallel>;
@@ -126,9 +130,11 @@ class ParallelizedModel {
 void refuse_layouts_the_model_lacks(const models::ModelArgs& args, const distributed::ParallelDims& dims,
                                     const config::JobConfig& config);
 
-// Applies the config's parallelism to `model` (built whole, the same on every rank from one
-// seed) on `dist`'s mesh; a world of one gets activation checkpointing only.
-std::unique_ptr<ParallelizedModel> parallelize(models::Transformer model, const distributed::DistContext& dist,
+// Applies the config's parallelism to `model` (built without its weights, the same on every rank
+// from one seed) on `dist`'s mesh, then draws the weights this rank keeps: the values of an eager
+// build's init_weights, bit for bit, without the whole model on any rank that shards it. A world
+// of one gets activation checkpointing only.
+std::unique_ptr<ParallelizedModel> parallelize(models::DeferredModel model, const distributed::DistContext& dist,
                                                const config::JobConfig& config, torch::Device device);
 
 }  // namespace ctitan::parallel

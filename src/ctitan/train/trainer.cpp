@@ -52,7 +52,8 @@ Trainer::Trainer(config::JobConfig config)
   const auto& args = job_.args;
   refuse_if_the_step_cannot_fit(args);
   parallel::refuse_layouts_the_model_lacks(args, dist_->dims, config_);
-  model_ = parallel::parallelize(build_model(args, device_), *dist_, config_, device_);
+  model_ = parallel::parallelize(models::build_deferred(args), *dist_, config_, device_);
+  log_setup_memory();
 
   const auto& o = config_.optimizer;
   optimizer_ = std::make_unique<components::AdamW>(model_->trained_parameters(), components::AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
@@ -134,6 +135,17 @@ Trainer::Trainer(config::JobConfig config)
                device_.str(), at::get_num_threads(), model_->compute_precision(), t.seq_len, t.local_batch_size, grad_accum_steps_);
   spdlog::info("FLOPs per token {:.3e}; peak {:.3f} TFLOP/s for MFU ({})", flops_per_token, peak.flops / 1e12,
                peak.source);
+}
+
+void Trainer::log_setup_memory() const {
+  int64_t kept = 0;
+  for (const auto& [fqn, p] : model_->trained_parameters()) kept += p.numel() * int64_t(p.element_size());
+  // The set-up's peak: the counted host allocator on the CPU, the caching allocator on a GPU.
+  const int64_t peak = device_.is_cuda() ? cuda::device_memory_stats(device_.index()).peak_allocated_bytes
+                                         : metrics::memory_stats().peak_bytes;
+  const int64_t whole = models::count_params(model_->args()).total * int64_t(sizeof(float));
+  spdlog::info("model set up: {:.2f} MiB of parameters on this rank ({:.2f} MiB for the whole model), set-up "
+               "peak {:.2f} MiB", double(kept) / (1 << 20), double(whole) / (1 << 20), double(peak) / (1 << 20));
 }
 
 void Trainer::refuse_if_the_step_cannot_fit(const models::ModelArgs& args) const {

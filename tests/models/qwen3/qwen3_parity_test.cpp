@@ -44,6 +44,28 @@ TEST(CliQwen3Parity, Fsdp2ByTp2MatchesOneProcess) {
                 kBatch4);
 }
 
+TEST(CliQwen3Parity, Hsdp2x2MatchesOneProcess) {
+  expect_parity("Qwen3 HSDP(2x2)", 4, concat(kQwen3, concat(degrees(2, 2), {"--training.local_batch_size", "1"})),
+                kBatch4);
+}
+
+// Activation checkpointing recomputes the blocks' forwards, the QK-norms' included: full AC
+// under FSDP (recomputing gathers again), op-selective AC (the matmuls' and attention's outputs
+// kept, the QK-norms recomputed) under TP, against one process without AC.
+TEST(CliQwen3Parity, Fsdp2WithFullAcMatchesOneProcess) {
+  expect_parity("Qwen3 FSDP(2) full AC", 2,
+                concat(kQwen3, concat(degrees(1, 2), {"--training.local_batch_size", "2", "--activation_checkpoint.mode",
+                                                      "full"})),
+                kBatch4);
+}
+
+TEST(CliQwen3Parity, Tp2WithOpSelectiveAcMatchesOneProcess) {
+  expect_parity("Qwen3 TP(2) selective op AC", 2,
+                concat(kBatch4, concat(degrees(1, 1, 2), {"--activation_checkpoint.mode", "selective",
+                                                          "--activation_checkpoint.selective_ac_option", "op"})),
+                kBatch4);
+}
+
 // Tied embeddings (the 0.6B to 4B flavors; the tiny job's overrides make 0.6B tiny, its tying
 // stays). The head's and the lookup's gradients meet in the one weight: under DDP before the
 // hook reduces it (autograd sums a leaf's uses first); under FSDP in the embedding group's

@@ -1,6 +1,7 @@
 // torchtitan's initialisation of its dense decoders (Llama 3, Qwen3) (see shared REFERENCE.md, "Model init").
 #include <cmath>
 
+#include "ctitan/models/common/deferred_init.h"
 #include "ctitan/models/common/transformer.h"
 
 namespace ctitan::models {
@@ -8,7 +9,7 @@ namespace {
 
 // Normal(0, std) truncated to the absolute interval [lo, hi], by inverse-CDF sampling as
 // torch.nn.init.trunc_normal_ does, so that no sample is redrawn and the RNG advances predictably.
-void trunc_normal_(torch::Tensor w, double std, double lo = -2.0, double hi = 2.0) {
+void trunc_normal_(const torch::Tensor& w, double std, double lo = -2.0, double hi = 2.0) {
   auto cdf = [](double x) { return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))); };
   double l = cdf(lo / std), u = cdf(hi / std);
   w.uniform_(2 * l - 1, 2 * u - 1).erfinv_().mul_(std * std::sqrt(2.0)).clamp_(lo, hi);
@@ -16,33 +17,47 @@ void trunc_normal_(torch::Tensor w, double std, double lo = -2.0, double hi = 2.
 
 }  // namespace
 
+std::vector<InitialDraw> initial_draws(const TransformerImpl& model) {
+  const auto& args = model.args();
+  const auto shape = [](const torch::Tensor& p) { return p.sizes().vec(); };
+  const auto ones = [](const torch::Tensor& w) { w.fill_(1.0); };
+  std::vector<InitialDraw> draws;
+  draws.push_back({"tok_embeddings.weight", shape(model.tok_embeddings->weight),
+                   [](const torch::Tensor& w) { torch::nn::init::normal_(w, 0.0, 1.0); }});
+  for (auto* block : model.blocks()) {
+    const std::string prefix = "layers." + std::to_string(block->layer_id) + ".";
+    // Depth init: the projections that write into the residual stream shrink with depth.
+    const double depth_std = 0.02 / std::sqrt(2.0 * double(block->layer_id + 1));
+    const auto trunc = [](double sd) { return [sd](const torch::Tensor& w) { trunc_normal_(w, sd); }; };
+    auto& attention = *block->attention;
+    auto& ffn = *block->feed_forward;
+    draws.push_back({prefix + "attention.wq.weight", shape(attention.wq->weight), trunc(0.02)});
+    draws.push_back({prefix + "attention.wk.weight", shape(attention.wk->weight), trunc(0.02)});
+    draws.push_back({prefix + "attention.wv.weight", shape(attention.wv->weight), trunc(0.02)});
+    draws.push_back({prefix + "attention.wo.weight", shape(attention.wo->weight), trunc(depth_std)});
+    draws.push_back({prefix + "feed_forward.w1.weight", shape(ffn.w1->weight), trunc(0.02)});
+    draws.push_back({prefix + "feed_forward.w2.weight", shape(ffn.w2->weight), trunc(depth_std)});
+    draws.push_back({prefix + "feed_forward.w3.weight", shape(ffn.w3->weight), trunc(depth_std)});
+    if (attention.q_norm) {
+      draws.push_back({prefix + "attention.q_norm.weight", shape(attention.q_norm->weight), ones});
+      draws.push_back({prefix + "attention.k_norm.weight", shape(attention.k_norm->weight), ones});
+    }
+    draws.push_back({prefix + "attention_norm.weight", shape(block->attention_norm->weight), ones});
+    draws.push_back({prefix + "ffn_norm.weight", shape(block->ffn_norm->weight), ones});
+  }
+  draws.push_back({"norm.weight", shape(model.norm->weight), ones});
+  if (model.output) {  // tied: the embedding's normal(0, 1) serves both
+    const double out_std = 1.0 / std::sqrt(double(args.dim));
+    draws.push_back({"output.weight", shape(model.output->weight),
+                     [out_std](const torch::Tensor& w) { trunc_normal_(w, out_std, -3 * out_std, 3 * out_std); }});
+  }
+  return draws;
+}
+
 void init_weights(TransformerImpl& model) {
   torch::NoGradGuard no_grad;
-  const auto& args = model.args();
-  torch::nn::init::normal_(model.tok_embeddings->weight, 0.0, 1.0);
-  for (auto* block_ptr : model.blocks()) {
-    auto& block = *block_ptr;
-    // Depth init: the projections that write into the residual stream shrink with depth.
-    double depth_std = 0.02 / std::sqrt(2.0 * double(block.layer_id + 1));
-    trunc_normal_(block.attention->wq->weight, 0.02);
-    trunc_normal_(block.attention->wk->weight, 0.02);
-    trunc_normal_(block.attention->wv->weight, 0.02);
-    trunc_normal_(block.attention->wo->weight, depth_std);
-    trunc_normal_(block.feed_forward->w1->weight, 0.02);
-    trunc_normal_(block.feed_forward->w2->weight, depth_std);
-    trunc_normal_(block.feed_forward->w3->weight, depth_std);
-    if (block.attention->q_norm) {
-      block.attention->q_norm->reset_parameters();
-      block.attention->k_norm->reset_parameters();
-    }
-    block.attention_norm->reset_parameters();
-    block.ffn_norm->reset_parameters();
-  }
-  model.norm->reset_parameters();
-  if (model.output) {  // tied: the embedding's normal(0, 1) serves both
-    double out_std = 1.0 / std::sqrt(double(args.dim));
-    trunc_normal_(model.output->weight, out_std, -3 * out_std, 3 * out_std);
-  }
+  auto params = model.named_parameters();
+  for (const auto& d : initial_draws(model)) d.draw(params[d.fqn]);
 }
 
 }  // namespace ctitan::models

@@ -1,5 +1,6 @@
 #include "ctitan/models/common/transformer.h"
 
+#include "ctitan/models/common/deferred_init.h"
 #include "ctitan/ops/attention.h"
 #include "ctitan/ops/rms_norm.h"
 #include "ctitan/ops/rope.h"
@@ -8,8 +9,11 @@
 namespace ctitan::models {
 namespace {
 
+// Under a DeferredInitScope each module's weights go as soon as it is built (deferred_init.h).
 torch::nn::Linear linear(int64_t in, int64_t out) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+  torch::nn::Linear l(torch::nn::LinearOptions(in, out).bias(false));
+  release_if_deferred(*l);
+  return l;
 }
 
 // linear(x), through the model's hooks when it has them.
@@ -30,6 +34,7 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep) {
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
+  release_if_deferred(*this);
 }
 
 void RMSNormImpl::reset_parameters() {
@@ -126,6 +131,7 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTa
 
 TransformerImpl::TransformerImpl(const ModelArgs& args) : args_(args) {
   tok_embeddings = register_module("tok_embeddings", torch::nn::Embedding(args.vocab_size, args.dim));
+  release_if_deferred(*tok_embeddings);
   layers = register_module("layers", torch::nn::ModuleDict());
   for (int64_t i = 0; i < args.n_layers; ++i) {
     auto block = TransformerBlock(i, args);

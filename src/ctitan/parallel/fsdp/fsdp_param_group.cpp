@@ -8,6 +8,7 @@
 
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/metrics/memory_tracker.h"
+#include "ctitan/models/common/deferred_init.h"
 #include "ctitan/parallel/fsdp/storage.h"
 
 namespace ctitan::parallel::fsdp {
@@ -58,7 +59,10 @@ FSDPParamGroup::FSDPParamGroup(std::string name, std::vector<std::pair<std::stri
   for (auto& sp : params_) {
     int64_t n = sp.local_rows * sp.row_numel;
     auto local = flat_shard_.narrow(0, sp.flat_offset, n);
-    local.copy_(sp.module_param.reshape({-1}).narrow(0, sp.row_offset * sp.row_numel, n));
+    // A deferred parameter (deferred_init.h) has no values yet: its shard is written later.
+    if (!models::is_deferred(sp.module_param)) {
+      local.copy_(sp.module_param.reshape({-1}).narrow(0, sp.row_offset * sp.row_numel, n));
+    }
     // The optimizer's parameter: a leaf sharing the flat shard's memory, so one all-gather reads
     // every parameter of the group after the optimizer updated them in place.
     sp.sharded = local.view(sp.local_shape()).detach().requires_grad_(true);

@@ -5,6 +5,9 @@
 #include <set>
 #include <stdexcept>
 
+#include "ctitan/models/common/deferred_init.h"
+#include "ctitan/parallel/deferred_params.h"
+
 namespace ctitan::parallel::pipeline {
 
 void keep_stage_modules(models::TransformerImpl& model, const std::vector<std::string>& fqns) {
@@ -48,10 +51,23 @@ void keep_stage_modules(models::TransformerImpl& model, const std::vector<std::s
 models::Transformer copy_model(const models::TransformerImpl& model) {
   auto generator = at::detail::getDefaultCPUGenerator();
   const auto rng = generator.get_state();  // the constructor's default init draws from it
-  models::Transformer copy(model.args());
-  generator.set_state(rng);
-  torch::NoGradGuard no_grad;
   auto source = model.named_parameters();
+  // A deferred model (deferred_init.h) is copied without values: the stages' weights are drawn
+  // once the layout is set.
+  const bool deferred = !source.is_empty() && models::is_deferred(source.begin()->value());
+  models::Transformer copy{nullptr};
+  if (deferred) {
+    models::DeferredInitScope scope;
+    copy = models::Transformer(model.args());
+  } else {
+    copy = models::Transformer(model.args());
+  }
+  generator.set_state(rng);
+  if (deferred) {
+    move_deferred(*copy, source.begin()->value().device());
+    return copy;
+  }
+  torch::NoGradGuard no_grad;
   for (auto& item : copy->named_parameters()) item.value().copy_(source[item.key()]);
   copy->to(source.begin()->value().device());
   return copy;

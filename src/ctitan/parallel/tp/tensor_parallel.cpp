@@ -6,6 +6,8 @@
 #include <stdexcept>
 
 #include "ctitan/common/error.h"
+#include "ctitan/models/common/deferred_init.h"
+#include "ctitan/parallel/deferred_params.h"
 #include "ctitan/parallel/tp/collective_matmul.h"
 #include "ctitan/parallel/tp/projection_stash.h"
 #include "ctitan/parallel/tp/sequence_parallel.h"
@@ -163,6 +165,12 @@ void TensorParallel::slice(const std::string& fqn, torch::Tensor param, int64_t 
   layout.offsets[size_t(dim)] = range.offset;
   layouts_[fqn] = layout;
   torch::NoGradGuard no_grad;
+  if (models::is_deferred(param)) {  // no values yet (deferred_init.h): a slice without them
+    auto sizes = param.sizes().vec();
+    sizes[size_t(dim)] = range.size;
+    param.set_data(deferred_tensor(sizes, param.options()));
+    return;
+  }
   // A copy, so the full tensor's memory is released: this rank keeps 1/tp of it.
   param.set_data(param.narrow(dim, range.offset, range.size).clone());
 }
