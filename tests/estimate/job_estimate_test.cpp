@@ -73,6 +73,28 @@ TEST(JobEstimate, ModelStateIsSixteenBytesPerParameterOverShards) {
   EXPECT_NEAR(double(m.state_params_bytes), 4 * ((double(P8) - norms) / 8 + norms) / 8, 1);
 }
 
+// Qwen3's model state, by the model's own parameter count (models::count_params, which counts
+// the QK-norms and no head weight when tied): CPU and GPU walks, one process and FSDP 8.
+TEST(JobEstimate, Qwen3ModelStateCountsQkNormsAndATiedHeadOnce) {
+  for (const char* flavor : {"0.6B" /* tied */, "8B"}) {
+    JobShape job;
+    job.model = model_flavor("qwen3", flavor);
+    job.local_batch_size = 1;
+    job.seq_len = 16;
+    job.bf16 = true;
+    const int64_t P = models::count_params(job.model).total;
+    auto m = estimate_memory(job, cpu_profile());
+    EXPECT_EQ(m.state_params_bytes, 4 * P) << flavor;
+    EXPECT_EQ(m.state_optimizer_bytes, 8 * P) << flavor;
+    job.degrees.dp_shard = 8;
+    job.seq_len = 4096;
+    m = estimate_memory(job, hardware_profile("h100"));
+    // Rounded per part on the GPU walk; padded per parameter rows on the CPU one.
+    EXPECT_NEAR(double(m.state_params_bytes + m.state_grads_bytes + m.state_optimizer_bytes), 16.0 * double(P) / 8,
+                16.0 * double(P) / 8 * 1e-6) << flavor;
+  }
+}
+
 // The debug model in one process under bf16 autocast, batch 4 x 256: the peak is the output
 // layer's backward, when the cross-entropy has written dlogits over the logits, the output
 // matmul has allocated its input and weight gradients, and every saved activation still lives.
@@ -288,25 +310,22 @@ struct MeasuredCase {
   const char* config;  // under configs/
   int nproc;
   std::vector<std::string> overrides;
+  // The issue asks for 10%. The walk reproduces the allocator to tens of bytes in fp32
+  // (docs/PERFORMANCE.md): 0.1% there catches a tensor of a few rows. bf16 runs measure up to
+  // ~2 MB of unmodelled scratch here (the same bytes for every model of the same token count;
+  // bf16 matmul kernels are the suspect), so 2% leaves room for that and for libtorch's version and
+  // thread count while catching any forgotten block-sized tensor.
+  double tolerance_pct = 2.0;
 };
 
 // The peak the counting allocator measured in step 2 (a steady step, which is what the estimate
 // models: the optimizer's moments exist from its start), and the estimate of the same job.
-TEST(CliEstimate, MatchesMeasuredMemoryOnCpu) {
+void expect_estimates_match_measured_peaks(const std::vector<MeasuredCase>& cases) {
   testing::TempDir dir;
   const std::string tokens = dir.file("tokens.bin");
   testing::write_cyclic_token_file(tokens, 20000, 97, 2048);
-  const std::vector<MeasuredCase> cases = {
-      {"debug, 1 process, bf16 autocast", "llama3_debug", 1, {"--training.local_batch_size", "2", "--training.seq_len", "128"}},
-      {"debug, FSDP over 2 ranks, bf16 params", "llama3_debug", 2,
-       {"--training.local_batch_size", "2", "--training.seq_len", "128"}},
-      // fp32: bf16 matmuls are 5-20x slower on CPUs without bf16 instructions. The
-      // estimate models both dtypes; this run's peak is the end of backward (all gradients).
-      {"134M, 1 process, fp32", "llama3_134m", 1,
-       {"--training.local_batch_size", "1", "--training.seq_len", "256", "--training.mixed_precision_param", "float32"}},
-  };
   for (const auto& c : cases) {
-    const std::string dump = dir.file(std::string(c.config) + "_" + std::to_string(c.nproc));
+    const std::string dump = dir.file("run" + std::to_string(&c - cases.data()));
     const std::vector<std::string> overrides =
         concat(c.overrides, {"--job.dump_folder", dump, "--training.steps", "2", "--metrics.log_freq", "1",
                              "--validation.enable", "false", "--metrics.peak_flops", "1e12", "--comm.link_gbytes_per_s",
@@ -329,11 +348,40 @@ TEST(CliEstimate, MatchesMeasuredMemoryOnCpu) {
     const double error_pct = 100 * (double(m.peak_bytes) / measured - 1);
     std::printf("%-40s measured %12.0f  estimated %12lld  error %+.4f%%  (peak at %s)\n", c.name, measured,
                 static_cast<long long>(m.peak_bytes), error_pct, m.peak_at.c_str());
-    // The issue asks for 10%. The walk reproduces the allocator to tens of bytes on these runs
-    // (docs/PERFORMANCE.md); 2% leaves room for kernel scratch that depends on libtorch's version
-    // and thread count (SDPA's per-thread blocks) while catching any forgotten block-sized tensor.
-    EXPECT_LE(std::abs(error_pct), 2.0) << c.name;
+    EXPECT_LE(std::abs(error_pct), c.tolerance_pct) << c.name;
   }
+}
+
+TEST(CliEstimate, MatchesMeasuredMemoryOnCpu) {
+  expect_estimates_match_measured_peaks({
+      {"debug, 1 process, bf16 autocast", "llama3_debug", 1, {"--training.local_batch_size", "2", "--training.seq_len", "128"}},
+      {"debug, FSDP over 2 ranks, bf16 params", "llama3_debug", 2,
+       {"--training.local_batch_size", "2", "--training.seq_len", "128"}},
+      // fp32: bf16 matmuls are 5-20x slower on CPUs without bf16 instructions. The
+      // estimate models both dtypes; this run's peak is the end of backward (all gradients).
+      {"134M, 1 process, fp32", "llama3_134m", 1,
+       {"--training.local_batch_size", "1", "--training.seq_len", "256", "--training.mixed_precision_param", "float32"},
+       0.1},
+  });
+}
+
+// Qwen3: the QK-norms (what they save, their backward) and a tied head (no weight of its own; the
+// embedding's weight read at both ends, its group kept gathered under FSDP).
+TEST(CliEstimate, MatchesMeasuredMemoryOfQwen3OnCpu) {
+  const std::vector<std::string> small = {"--training.local_batch_size", "2", "--training.seq_len", "128"};
+  const std::vector<std::string> tied = {"--model.flavor", "0.6B", "--model.dim", "256", "--model.n_layers", "6",
+                                         "--model.n_heads", "4", "--model.n_kv_heads", "2", "--model.head_dim", "32",
+                                         "--model.hidden_dim", "768", "--model.vocab_size", "2048"};
+  // The smaller Qwen3 debug model leaves the bf16 one-process scratch above 2%: its bf16 path is
+  // the Llama case's above; FSDP's bf16 and both fp32 paths are checked here. Without the QK-norms
+  // and the tied head modelled, the fp32 rows were off by -1.3% and +5.6%.
+  const std::vector<std::string> fp32 = {"--training.mixed_precision_param", "float32"};
+  expect_estimates_match_measured_peaks({
+      {"qwen3 debug, FSDP over 2 ranks, bf16", "qwen3_debug", 2, small},
+      {"qwen3 debug, 1 process, fp32", "qwen3_debug", 1, concat(small, fp32), 0.1},
+      {"qwen3 tied, FSDP over 2 ranks, bf16", "qwen3_debug", 2, concat(small, tied)},
+      {"qwen3 tied, 1 process, fp32", "qwen3_debug", 1, concat(concat(small, tied), fp32), 0.1},
+  });
 }
 
 // The command itself: --json agrees with the in-process estimate; bad input is one line naming

@@ -38,7 +38,8 @@ class CtitanCpuWalk {
     rd_ = job.reduce_bf16 ? 2 : 4;
     add_group("tok_embeddings", {{w_.vocab, w_.d, false}});
     for (int64_t i = 0; i < w_.layers; ++i) add_group(fmt::format("layers.{}", i), block_weights(w_));
-    add_group("norm, output", {{w_.d, 1, false}, {w_.vocab, w_.d, true}});
+    if (w_.tied) add_group("norm, output", {{w_.d, 1, false}});  // the head reads tok_embeddings' weight
+    else add_group("norm, output", {{w_.d, 1, false}, {w_.vocab, w_.d, true}});
   }
 
   void run() {
@@ -127,6 +128,9 @@ class CtitanCpuWalk {
   bool reshards_after_forward(int64_t i) const {
     using R = config::ReshardAfterForward;
     if (job_.reshard_after_forward == R::kNever) return false;
+    // A tied head reads the embedding's weight at the end of forward and first thing in backward:
+    // apply_fsdp keeps that group gathered.
+    if (i == 0 && w_.tied) return false;
     return i + 1 < int64_t(groups_.size()) || job_.reshard_after_forward == R::kAlways;
   }
 
@@ -220,6 +224,7 @@ class CtitanCpuWalk {
     const int64_t d = w_.d;
     int64_t per_token = 0;
     per_token += 4 + d * c_;                              // attention_norm: rstd; output (saved by wq, wk, wv)
+    if (w_.qk_norm) per_token += (w_.hd + w_.kv) * c_ + 4 * (w_.heads + w_.kv_heads);  // QK-norms: q, k as projected; rstd per head
     per_token += w_.hd * c_ + 2 * w_.kv_attended() * c_;  // SDPA's inputs: q, k after RoPE; v (k, v repeated under GQA)
     per_token += w_.hd * c_ + 4 * w_.heads;               // SDPA's output (also wo's input), logsumexp fp32
     per_token += d * r_;                                  // h = x + attention: ffn_norm's input
@@ -271,6 +276,18 @@ class CtitanCpuWalk {
     L_.free(kActs, convert + N * d * c_ + x_bytes + N * 4);
   }
 
+  // RMSNormFn::backward of a QK-norm over (N * heads, head_dim), all in the compute dtype: dx
+  // and the per-chunk partial sums of the weight gradient; then the release of the incoming
+  // gradient, the saved x (the projection's output) and rstd.
+  void head_norm_backward(int64_t heads) {
+    const int64_t rows = n_ * heads, D = w_.head_dim, weight_grad = D * (fsdp_ ? c_ : 4);
+    L_.add(kActs, rows * D * c_ + ceil_div(rows, 64) * D * 4);
+    L_.free(kActs, ceil_div(rows, 64) * D * 4);
+    L_.add(kActs, weight_grad);
+    accumulate(weight_grad);
+    L_.free(kActs, 2 * rows * D * c_ + rows * 4);
+  }
+
   void backward() {
     const int64_t N = n_, d = w_.d, V = w_.vocab;
     const int64_t last = int64_t(groups_.size()) - 1;
@@ -289,7 +306,8 @@ class CtitanCpuWalk {
     unshard(0, -1);
     // The dense (V, d) weight gradient, in the dtype of the gradient reaching the embedding.
     L_.add(kActs, V * d * (fsdp_ ? c_ : 4));
-    accumulate(V * d * (fsdp_ ? c_ : 4));
+    if (w_.tied) L_.free(kActs, V * d * (fsdp_ ? c_ : 4));  // added into the .grad the head's backward left
+    else accumulate(V * d * (fsdp_ ? c_ : 4));
     L_.free(kActs, N * d * r_);
     // FSDP's end-of-backward callback: the embeddings' post-backward, then every reduction.
     post_backward(0);
@@ -343,9 +361,11 @@ class CtitanCpuWalk {
     matmul_backward(ws[2], N * d, N * kv * c_);        // wv; releases dv
     L_.add(kActs, N * kv * c_);                        // RoPE's backward of dk
     L_.free(kActs, N * kv * c_);
+    if (w_.qk_norm) head_norm_backward(w_.kv_heads);   // k_norm
     matmul_backward(ws[1], N * d, N * d * c_ + N * kv * c_);  // wk; summed into wv's
     L_.add(kActs, N * hd * c_);                        // RoPE's backward of dq
     L_.free(kActs, N * hd * c_);
+    if (w_.qk_norm) head_norm_backward(w_.heads);      // q_norm
     // wq; summed; releases the saved attention_norm output, held by all three.
     matmul_backward(ws[0], N * d, N * d * c_ + N * hd * c_ + N * d * c_);
     L_.at(fmt::format("backward: {} attention_norm", name));

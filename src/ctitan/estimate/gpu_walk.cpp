@@ -90,11 +90,13 @@ class TorchtitanGpuWalk {
     }
     block_ = gpu_block_bytes(job);
     const double lin = double(numel(block_weights(w_), /*linear_only=*/true)) / t_;
-    blk_numel_ = lin + 2 * double(w_.d);  // the norms are replicated over TP
+    // The norms (QK-norms too) are replicated over TP.
+    blk_numel_ = lin + 2 * double(w_.d) + (w_.qk_norm ? 2 * double(w_.head_dim) : 0);
     // Gathered bytes: float8 linears are all-gathered in float8 (1 byte), the rest in bf16.
     blk_gathered_ = lin * (job.float8 ? 1 : 2) + 2 * 2 * double(w_.d);
+    // A tied head has no weight of its own (and no pipeline split: the trainer refuses it).
     root_numel_ = (first_ ? double(w_.vocab * w_.d) / t_ : 0) +
-                  (last_ ? double(w_.vocab * w_.d) / t_ + double(w_.d) : 0);
+                  (last_ ? (w_.tied ? 0 : double(w_.vocab * w_.d) / t_) + double(w_.d) : 0);
     for (auto l : stage_layers_) rank_layers_ += l;
     rank_numel_ = double(rank_layers_) * blk_numel_ + root_numel_;
   }
@@ -189,7 +191,8 @@ class TorchtitanGpuWalk {
       held_reduce_ = 4 * blk_numel_;
     }
     L_.at("backward: tok_embeddings");
-    const double emb_grad = first_ ? out_numel : 0;
+    // Tied: the embedding's gradient is added into the one the head's backward left (one tensor).
+    const double emb_grad = first_ && !w_.tied ? out_numel : 0;
     if (!accumulated || fsdp) L_.add(kGrads, bytes((fsdp ? 2 : 4) * emb_grad));
     L_.free(kActs, bytes(2 * d / t_ * n));
     if (fsdp) {

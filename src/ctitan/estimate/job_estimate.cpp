@@ -242,9 +242,9 @@ ThroughputEstimate estimate_throughput(const JobShape& job, const HardwareProfil
   // beside compute; what cannot hide is the first gather and the last reduction, and any excess
   // of traffic over compute.
   const double lin = double(numel(block_weights(w), /*linear_only=*/true)) / t;
-  const double blk_numel = lin + 2 * d;
-  const double blk_gathered = hw.is_gpu ? lin * (job.float8 ? 1 : 2) + 4 * d : blk_numel * (job.bf16 ? 2 : 4);
-  const double root_numel = 2 * V * d / t + d;
+  const double blk_numel = lin + 2 * d + (w.qk_norm ? 2 * double(w.head_dim) : 0);
+  const double blk_gathered = hw.is_gpu ? lin * (job.float8 ? 1 : 2) + 2 * (blk_numel - lin) : blk_numel * (job.bf16 ? 2 : 4);
+  const double root_numel = (w.tied ? 1 : 2) * V * d / t + d;  // embeddings, output (unless tied), norm
   const double rank_numel = worst_layers * blk_numel + root_numel;
   const double reduce_bytes = job.reduce_bf16 ? 2 : 4;
   const double microbatches = double(job.grad_accum_steps);

@@ -4,9 +4,11 @@
 namespace ctitan::estimate::detail {
 
 std::vector<Weight> block_weights(const Widths& w) {
-  return {{w.hd, w.d, true},  {w.kv, w.d, true}, {w.kv, w.d, true}, {w.d, w.hd, true},  // wq wk wv wo
-          {w.f, w.d, true},   {w.d, w.f, true},  {w.f, w.d, true},                      // w1 w2 w3
-          {w.d, 1, false},    {w.d, 1, false}};                                        // the two norms
+  std::vector<Weight> ws = {{w.hd, w.d, true},  {w.kv, w.d, true}, {w.kv, w.d, true}, {w.d, w.hd, true},  // wq wk wv wo
+                            {w.f, w.d, true},   {w.d, w.f, true},  {w.f, w.d, true},                      // w1 w2 w3
+                            {w.d, 1, false},    {w.d, 1, false}};                                        // the two norms
+  if (w.qk_norm) ws.insert(ws.end(), {{w.head_dim, 1, false}, {w.head_dim, 1, false}});           // q_norm k_norm
+  return ws;
 }
 
 int64_t numel(const std::vector<Weight>& ws, bool linear_only) {

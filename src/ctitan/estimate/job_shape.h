@@ -1,5 +1,5 @@
 #pragma once
-// The shapes job_estimate's memory walks and time model share: the widths a Llama block works
+// The shapes job_estimate's memory walks and time model share: the widths a decoder block works
 // with, its parameters as FSDP shards them, and how a pipeline splits the layers into stages.
 // Internal to estimate/.
 #include <cstdint>
@@ -17,12 +17,17 @@ struct Widths {
   int64_t kv = 0;     // n_kv_heads * head_dim: k and v as projected
   int64_t f = 0;      // FFN hidden
   int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
   int64_t vocab = 0;
   int64_t layers = 0;
-  bool gqa = false;   // n_kv_heads < n_heads: repeat_kv materializes k and v at width hd
+  bool gqa = false;      // n_kv_heads < n_heads: repeat_kv materializes k and v at width hd
+  bool qk_norm = false;  // RMSNorm on each query and key head (Qwen3): weights of head_dim
+  bool tied = false;     // the output layer multiplies by tok_embeddings' weight: no weight of its own
   explicit Widths(const models::ModelArgs& a)
       : d(a.dim), hd(a.n_heads * a.head_dim()), kv(a.kv_heads() * a.head_dim()), f(a.ffn_hidden_dim()),
-        heads(a.n_heads), vocab(a.vocab_size), layers(a.n_layers), gqa(a.kv_heads() < a.n_heads) {}
+        heads(a.n_heads), kv_heads(a.kv_heads()), head_dim(a.head_dim()), vocab(a.vocab_size), layers(a.n_layers),
+        gqa(a.kv_heads() < a.n_heads), qk_norm(a.qk_norm), tied(a.tie_word_embeddings) {}
   // k and v as attention receives them (and saves them).
   int64_t kv_attended() const { return gqa ? hd : kv; }
 };
@@ -34,7 +39,7 @@ struct Weight {
   int64_t numel() const { return rows * cols; }
 };
 
-// A block's nine parameters: wq wk wv wo, w1 w2 w3, the two norms.
+// A block's parameters: wq wk wv wo, w1 w2 w3, the two norms, then q_norm and k_norm with QK-norm.
 std::vector<Weight> block_weights(const Widths& w);
 
 // Elements of `ws`; of its matmul weights only with `linear_only`.
