@@ -465,6 +465,39 @@ std::vector<Case> bad_input_table(const fs::path& checkpoints, const fs::path& h
   t.push_back({"override", "not UTF-8", 2, {"training.dataset_path"}, overrides({"--training.dataset_path", "a\xff"})});
   t.push_back({"override", "--config is a directory", 2, {"--config", "{dir}"},
                [](const fs::path& dir) { return P{train(dir, {"--config", dir.string()})}; }});
+  // ---- sizes: each key has a range, and what is in range but cannot fit is refused before
+  // anything is allocated (estimate/memory_floor.h) ----
+  const std::string debug_toml = testing::source_dir() + "/configs/llama3_debug.toml";
+  t.push_back({"sizes", "n_layers 10^8", 2, {"model.n_layers"}, overrides({"--model.n_layers", "100000000"})});
+  t.push_back({"sizes", "seq_len near 2^62", 2, {"training.seq_len"},
+               overrides({"--training.seq_len", "4611686018427387904"})});
+  t.push_back({"sizes", "vocab_size near 2^62", 2, {"model.vocab_size"},
+               overrides({"--model.vocab_size", "4611686018427387904"})});
+  t.push_back({"sizes", "local_batch_size near 2^62", 2, {"training.local_batch_size"},
+               overrides({"--training.local_batch_size", "4611686018427387904"})});
+  t.push_back({"sizes", "global_batch_size near 2^63", 2, {"training.global_batch_size"},
+               overrides({"--training.global_batch_size", "9223372036854775804"})});
+  t.push_back({"sizes", "2^38 microbatches per step", 2, {"training.global_batch_size", "microbatches"},
+               overrides({"--training.global_batch_size", "1099511627776"})});
+  t.push_back({"sizes", "init timeout of 2^63 s", 2, {"comm.init_timeout_seconds"},
+               overrides({"--comm.init_timeout_seconds", "9223372036854775807"})});
+  t.push_back({"sizes", "in range, but 5e13 parameters", 2, {"parameters", "lower the model's sizes"},
+               overrides({"--model.dim", "65536", "--model.n_layers", "1024"})});
+  t.push_back({"sizes", "generate: --max-new-tokens 2^63 - 1", 1, {"--max-new-tokens", "max_seq_len"},
+               [hf](const fs::path&) {
+                 return P{{{"generate", "--checkpoint", hf.string(), "--prompt-ids", "1,2", "--max-new-tokens",
+                            "9223372036854775807"}}};
+               }});
+  t.push_back({"sizes", "estimate: --seq-len 2^63 - 1", 2, {"training.seq_len"}, [debug_toml](const fs::path&) {
+                 return P{{{"estimate", "--config", debug_toml, "--seq-len", "9223372036854775807"}}};
+               }});
+  t.push_back({"sizes", "estimate: 2^48 ranks", 2, {"2^24 ranks"}, [debug_toml](const fs::path&) {
+                 return P{{{"estimate", "--config", debug_toml, "--tp", "16777216", "--pp", "16777216"}}};
+               }});
+  t.push_back({"sizes", "estimate: each size in range, 2^61 bytes unsharded", 2, {"1 EiB"}, [debug_toml](const fs::path&) {
+                 return P{{{"estimate", "--config", debug_toml, "--seq-len", "16777216", "--local-batch-size",
+                            "16777216"}}};
+               }});
   // ---- datasets ----
   t.push_back({"dataset", "missing", 1, {"{dir}/none.bin"}, dataset([](const fs::path& d) { return (d / "none.bin").string(); })});
   t.push_back({"dataset", "a directory with no data", 1, {"{dir}/empty_dir"}, dataset([](const fs::path& d) {

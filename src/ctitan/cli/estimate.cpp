@@ -222,6 +222,14 @@ void add_estimate_command(CLI::App& app) {
 
     // The ranks of one pipeline stage: what data_parallel_shard_degree = -1 divides.
     const auto& p = config.parallelism;
+    // In double first, so that no product of degrees overflows.
+    constexpr double kMaxRanks = double(int64_t(1) << 24);
+    const double ranks = double(p.data_parallel_replicate_degree) * double(std::max<int64_t>(p.data_parallel_shard_degree, 1)) *
+                         double(p.tensor_parallel_degree) * double(f->pp);
+    if (ranks > kMaxRanks || (f->world_size && double(*f->world_size) > kMaxRanks)) {
+      throw InputError(fmt::format("the parallel degrees (--dp-replicate, --dp-shard, --tp, --pp, --world-size) make "
+                                   "more than 2^24 ranks"), 2);
+    }
     int64_t stage_world = p.data_parallel_replicate_degree * std::max<int64_t>(p.data_parallel_shard_degree, 1) *
                           p.tensor_parallel_degree;
     if (f->world_size) {

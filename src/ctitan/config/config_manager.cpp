@@ -341,6 +341,8 @@ void validate(const JobConfig& c) {
 }
 
 namespace {
+void check_size_ranges(const JobConfig& c);
+
 void check_config(const JobConfig& c) {
   // inf and nan parse as TOML floats and as overrides; no key means anything by them.
   JobConfig copy = c;
@@ -442,6 +444,43 @@ void check_config(const JobConfig& c) {
                         {"hidden_dim", c.model.hidden_dim}}) {
     require(v >= 0, fmt::format("model.{} must be >= 0 (got {}; 0 keeps the flavor's value)", key, v));
   }
+  check_size_ranges(c);
+}
+
+// Upper bounds far beyond any model or job trained today, so that no size, and no product of two
+// of them, overflows 64 bits before the memory check (estimate/memory_floor.h) refuses what does
+// not fit; a timeout beyond a week would overflow c10d's nanosecond clocks and means "never".
+void check_size_ranges(const JobConfig& c) {
+  constexpr int64_t kWeek = 7 * 24 * 3600;
+  const auto at_most = [](const std::string& key, int64_t v, int64_t max, const char* why) {
+    require(v <= max, fmt::format("{} must be at most {} ({}; got {})", key, max, why, v));
+  };
+  const auto& m = c.model;
+  at_most("model.dim", m.dim, int64_t(1) << 20, "2^20");
+  at_most("model.n_layers", m.n_layers, int64_t(1) << 16, "2^16");
+  at_most("model.n_heads", m.n_heads, int64_t(1) << 16, "2^16");
+  at_most("model.n_kv_heads", m.n_kv_heads, int64_t(1) << 16, "2^16");
+  at_most("model.head_dim", m.head_dim, int64_t(1) << 16, "2^16");
+  at_most("model.hidden_dim", m.hidden_dim, int64_t(1) << 24, "2^24");
+  at_most("model.vocab_size", m.vocab_size, int64_t(1) << 26, "2^26");
+  const auto& t = c.training;
+  at_most("training.seq_len", t.seq_len, int64_t(1) << 24, "2^24 tokens");
+  at_most("training.local_batch_size", t.local_batch_size, int64_t(1) << 24, "2^24 sequences");
+  at_most("training.global_batch_size", t.global_batch_size, int64_t(1) << 40, "2^40 sequences");
+  at_most("validation.steps", c.validation.steps, int64_t(1) << 40, "2^40");
+  const auto& p = c.parallelism;
+  for (auto [key, v] : {std::pair{"data_parallel_replicate_degree", p.data_parallel_replicate_degree},
+                        {"data_parallel_shard_degree", p.data_parallel_shard_degree},
+                        {"tensor_parallel_degree", p.tensor_parallel_degree},
+                        {"pipeline_parallel_degree", p.pipeline_parallel_degree},
+                        {"pipeline_parallel_microbatch_size", p.pipeline_parallel_microbatch_size},
+                        {"pipeline_parallel_layers_per_stage", p.pipeline_parallel_layers_per_stage}}) {
+    at_most(std::string("parallelism.") + key, v, int64_t(1) << 24, "2^24");
+  }
+  at_most("comm.init_timeout_seconds", c.comm.init_timeout_seconds, kWeek, "a week");
+  at_most("comm.train_timeout_seconds", c.comm.train_timeout_seconds, kWeek, "a week");
+  require(c.ps.round_timeout_seconds <= double(kWeek),
+          fmt::format("ps.round_timeout_seconds must be at most {} (a week; got {})", kWeek, c.ps.round_timeout_seconds));
 }
 }  // namespace
 

@@ -3,6 +3,8 @@
 // gpu_walk.cpp, the shapes they and the time model share in job_shape.cpp.
 #include "ctitan/estimate/job_estimate.h"
 
+#include "ctitan/estimate/memory_floor.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -174,6 +176,7 @@ void validate_job(const JobShape& job, const HardwareProfile& hw) {
 }
 
 MemoryEstimate estimate_memory(const JobShape& job, const HardwareProfile& hw) {
+  refuse_beyond_the_walk(job);
   auto with_state = [](MemoryEstimate m, double numel) {
     m.state_params_bytes = int64_t(std::llround(4 * numel));
     m.state_grads_bytes = int64_t(std::llround(4 * numel));

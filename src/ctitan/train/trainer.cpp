@@ -19,6 +19,7 @@
 #include "ctitan/distributed/stream_stalls.h"
 #include "ctitan/estimate/hardware_profiles.h"
 #include "ctitan/estimate/job_estimate.h"
+#include "ctitan/estimate/memory_floor.h"
 #include "ctitan/metrics/memory_tracker.h"
 #include "ctitan/metrics/peak_flops.h"
 #include "ctitan/metrics/profiler.h"
@@ -48,6 +49,19 @@ Trainer::Trainer(config::JobConfig config)
   dp_degree_ = dist_->dims.dp();
   dp_rank_ = dist_->mesh->local_rank("dp");
   const auto& t = config_.training;
+  int64_t global_batch = t.global_batch_size > 0 ? t.global_batch_size : t.local_batch_size * dp_degree_;
+  if (global_batch % (t.local_batch_size * dp_degree_) != 0) {
+    throw ConfigError(fmt::format("training.global_batch_size {} is not divisible by local_batch_size {} "
+                                  "x dp degree {}", global_batch, t.local_batch_size, dp_degree_));
+  }
+  grad_accum_steps_ = global_batch / (t.local_batch_size * dp_degree_);
+  // A step of more microbatches would not end in any useful time (17 minutes at 1 ms each).
+  constexpr int64_t kMaxMicrobatches = int64_t(1) << 20;
+  if (grad_accum_steps_ > kMaxMicrobatches) {
+    throw ConfigError(fmt::format("training.global_batch_size {} is {} microbatches of local_batch_size {} x dp "
+                                  "degree {}; at most {} per step", global_batch, grad_accum_steps_,
+                                  t.local_batch_size, dp_degree_, kMaxMicrobatches));
+  }
   job_ = seed_job(config_, device_);
   const auto& args = job_.args;
   refuse_if_the_step_cannot_fit(args);
@@ -59,12 +73,6 @@ Trainer::Trainer(config::JobConfig config)
   optimizer_ = std::make_unique<components::AdamW>(model_->trained_parameters(), components::AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
   lr_scheduler_ = std::make_unique<components::LrScheduler>(config_.lr_scheduler, t.steps, o.lr);
 
-  int64_t global_batch = t.global_batch_size > 0 ? t.global_batch_size : t.local_batch_size * dp_degree_;
-  if (global_batch % (t.local_batch_size * dp_degree_) != 0) {
-    throw ConfigError(fmt::format("training.global_batch_size {} is not divisible by local_batch_size {} "
-                                  "x dp degree {}", global_batch, t.local_batch_size, dp_degree_));
-  }
-  grad_accum_steps_ = global_batch / (t.local_batch_size * dp_degree_);
   dataloader_ = make_loader(config_, job_, DataSplit::kTraining, t.local_batch_size, dp_rank_, dp_degree_);
 
   const double flops_per_token = models::flops_per_token(args, t.seq_len);
@@ -149,11 +157,20 @@ void Trainer::log_setup_memory() const {
 }
 
 void Trainer::refuse_if_the_step_cannot_fit(const models::ModelArgs& args) const {
-  // Only where `ctitan estimate`'s CPU walk follows the step; elsewhere it would overestimate.
+  auto job = estimate::job_shape_from_config(config_, args, dist_->env.world_size);
+  // A floor of what any layout holds, in double precision, on every device: absurd sizes stop here.
+  if (device_.is_cuda()) {
+    estimate::refuse_beyond_memory(estimate::memory_floor(job), double(cuda::device_memory_stats(device_.index()).capacity_bytes),
+                                   "this GPU's memory");
+  } else {
+    estimate::refuse_beyond_memory(estimate::memory_floor(job),
+                                   double(metrics::physical_memory_bytes()) / double(dist_->env.local_world_size),
+                                   "this rank's share of the machine's memory");
+  }
+  // The walk, only where `ctitan estimate`'s CPU walk follows the step; elsewhere it would overestimate.
   if (!device_.is_cpu() || !estimate::cpu_walk_follows(config_)) return;
   auto hw = estimate::hardware_profile("cpu");
   hw.memory_bytes = metrics::physical_memory_bytes() / dist_->env.local_world_size;
-  auto job = estimate::job_shape_from_config(config_, args, dist_->env.world_size);
   auto memory = estimate::estimate_memory(job, hw);
   if (memory.peak_bytes <= hw.memory_bytes) return;
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;

@@ -89,6 +89,16 @@ TEST(Generate, SamplingIsReproducibleBySeed) {
   EXPECT_NE(generate(*model, prompt, opts), a);  // 24 draws over 50 ids: equal by chance ~never
 }
 
+// A temperature that underflows (1e-320 is subnormal in double, 0 in float) is the greedy limit,
+// not inf / inf: every draw is the largest logit.
+TEST(Generate, ATinyTemperatureIsGreedyNotNan) {
+  auto logits = torch::tensor({0.f, 5.f, 1.f, 4.999f, 3.f});
+  SamplingOptions opts;
+  opts.temperature = 1e-320;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(sample_next(logits, opts, gen), 1);
+}
+
 TEST(Generate, TopKDrawsOnlyFromTheKMostLikely) {
   auto logits = torch::tensor({0.f, 5.f, 1.f, 4.f, 3.f});
   SamplingOptions opts;

@@ -17,6 +17,14 @@ ParamCount count_params(const ModelArgs& a) {
   return c;
 }
 
+double parameter_count(const ModelArgs& a) {
+  const double d = double(a.dim), hd = double(a.head_dim()), heads = double(a.n_heads), kv = double(a.kv_heads());
+  const double block = d * heads * hd + 2 * d * kv * hd + heads * hd * d + 3 * d * double(a.ffn_hidden_dim()) + 2 * d +
+                       (a.qk_norm ? 2 * hd : 0);
+  const double vocab = double(a.vocab_size) * d;
+  return vocab * (a.tie_word_embeddings ? 1 : 2) + double(a.n_layers) * block + d;
+}
+
 double flops_per_token(const ModelArgs& a, int64_t seq_len) {
   auto p = count_params(a);
   // A tied output layer still multiplies by vocab x dim weights each token: compute, as untied.

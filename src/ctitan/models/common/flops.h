@@ -13,6 +13,8 @@ struct ParamCount {
 };
 
 ParamCount count_params(const ModelArgs& args);
+// count_params' total in double precision: no size of any magnitude overflows it.
+double parameter_count(const ModelArgs& args);
 
 // torchtitan's formula: 6·N_non_embedding + 12·L·H·Q·T. The first term is forward (2) plus
 // backward (4) FLOPs per weight; the second is the QK^T and PV matmuls, without causal savings.

@@ -11,7 +11,10 @@ namespace ctitan::models {
 int64_t sample_next(const torch::Tensor& logits, const SamplingOptions& options, at::Generator& generator) {
   auto l = logits.to(torch::kFloat);  // (vocab,)
   if (options.temperature <= 0) return l.argmax().item<int64_t>();
-  l = l / options.temperature;
+  // Shifted so that the largest logit is 0, and divided in double (a subnormal temperature is 0 as
+  // a float): a temperature however small sends the others to -inf, never the largest to +inf or
+  // NaN; the greedy limit.
+  l = ((l - l.max()).to(torch::kDouble) / options.temperature).to(torch::kFloat);
   if (options.top_k > 0 && options.top_k < l.size(0)) {
     // Everything below the k-th largest logit gets probability 0.
     auto kth = std::get<0>(l.topk(options.top_k)).min();
@@ -29,12 +32,13 @@ std::vector<int64_t> generate(TransformerImpl& model, const std::vector<int64_t>
       throw InputError(fmt::format("generate: prompt id {} is outside the vocabulary [0, {})", id, args.vocab_size));
     }
   }
-  int64_t total = int64_t(prompt.size()) + options.max_new_tokens;
-  if (total > args.max_seq_len) {
+  // Compared as a difference: the sum of a huge --max-new-tokens and the prompt would overflow.
+  if (options.max_new_tokens > args.max_seq_len - int64_t(prompt.size())) {
     throw InputError(fmt::format("generate: prompt ({} tokens) + --max-new-tokens {} exceed the model's "
                                  "max_seq_len {}", prompt.size(), options.max_new_tokens, args.max_seq_len));
   }
   if (options.max_new_tokens <= 0) return {};
+  const int64_t total = int64_t(prompt.size()) + options.max_new_tokens;
 
   torch::NoGradGuard no_grad;
   auto generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
