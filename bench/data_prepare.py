@@ -34,7 +34,7 @@ def prepare(ctitan, tokenizer, data, out, workers, repeats):
     for _ in range(repeats):
         start = time.perf_counter()
         subprocess.run([ctitan, "data", "prepare", "--input", data, "--tokenizer", tokenizer, "--output", out,
-                        "--workers", str(workers)], check=True, stdout=subprocess.DEVNULL)
+                        "--workers", str(workers), "--overwrite"], check=True, stdout=subprocess.DEVNULL)
         seconds = time.perf_counter() - start
         best = seconds if best is None else min(best, seconds)
     return best

@@ -498,6 +498,63 @@ std::vector<Case> bad_input_table(const fs::path& checkpoints, const fs::path& h
                  return P{{{"estimate", "--config", debug_toml, "--seq-len", "16777216", "--local-batch-size",
                             "16777216"}}};
                }});
+  // ---- outputs: never an input, never a device, never an existing file without --overwrite ----
+  const auto corpus = [](const fs::path& dir) {
+    write_file((dir / "corpus.txt").string(), "the cat sat on the mat\n%\nthe dog ran\n");
+    return (dir / "corpus.txt").string();
+  };
+  t.push_back({"outputs", "data prepare onto its own --input", 1, {"--output", "is also an input"},
+               [corpus, tok](const fs::path& dir) {
+                 const auto input = corpus(dir);
+                 return P{{{"data", "prepare", "--input", input, "--tokenizer", tok, "--output", input, "--overwrite"}}};
+               }});
+  t.push_back({"outputs", "data prepare onto the tokenizer", 1, {"--output", "is also an input"},
+               [corpus, tok](const fs::path& dir) {
+                 fs::copy_file(tok, dir / "tok.model");
+                 return P{{{"data", "prepare", "--input", corpus(dir), "--tokenizer", (dir / "tok.model").string(),
+                            "--output", (dir / "tok.model").string(), "--overwrite"}}};
+               }});
+  t.push_back({"outputs", "data prepare onto /dev/full", 1, {"/dev/full", "not a regular file"},
+               [corpus, tok](const fs::path& dir) {
+                 return P{{{"data", "prepare", "--input", corpus(dir), "--tokenizer", tok, "--output", "/dev/full",
+                            "--overwrite"}}};
+               }});
+  t.push_back({"outputs", "data prepare onto an existing file", 1, {"{dir}/out.bin", "--overwrite"},
+               [corpus, tok](const fs::path& dir) {
+                 write_file((dir / "out.bin").string(), "keep me");
+                 return P{{{"data", "prepare", "--input", corpus(dir), "--tokenizer", tok, "--output",
+                            (dir / "out.bin").string()}}};
+               }});
+  t.push_back({"outputs", "tokenizer train onto an existing file", 1, {"{dir}/tok.model", "--overwrite"},
+               [corpus](const fs::path& dir) {
+                 write_file((dir / "tok.model").string(), "keep me");
+                 return P{{{"tokenizer", "train", "--input", corpus(dir), "--vocab-size", "300", "--output",
+                            (dir / "tok.model").string()}}};
+               }});
+  t.push_back({"outputs", "tokenizer convert into a folder with a tokenizer.json", 1,
+               {"{dir}/hf_tok/tokenizer.json", "--overwrite"}, [tok](const fs::path& dir) {
+                 fs::create_directories(dir / "hf_tok");
+                 write_file((dir / "hf_tok" / "tokenizer.json").string(), "{}");
+                 return P{{{"tokenizer", "convert", "--tokenizer", tok, "--output-dir", (dir / "hf_tok").string()}}};
+               }});
+  t.push_back({"outputs", "tokenizer convert onto the tokenizer's own folder", 1, {"is also an input"},
+               [tok](const fs::path& dir) {
+                 fs::create_directories(dir / "t");
+                 fs::copy_file(tok, dir / "t" / "tokenizer.model");
+                 return P{{{"tokenizer", "convert", "--tokenizer", (dir / "t").string(), "--output-dir",
+                            (dir / "t").string(), "--overwrite"}}};
+               }});
+  t.push_back({"outputs", "report onto an existing file", 1, {"{dir}/report.html", "--overwrite"},
+               [checkpoints](const fs::path& dir) {
+                 write_file((dir / "report.html").string(), "keep me");
+                 return P{{{"report", checkpoints.parent_path().string(), "--output", (dir / "report.html").string()}}};
+               }});
+  t.push_back({"outputs", "checkpoint import onto its own --input", 1, {"is, or holds, the --input"},
+               [hf](const fs::path& dir) {
+                 fs::copy(hf, dir / "hf", fs::copy_options::recursive);
+                 return P{{{"checkpoint", "import", "--input", (dir / "hf").string(), "--output", (dir / "hf").string(),
+                            "--overwrite"}}};
+               }});
   // ---- datasets ----
   t.push_back({"dataset", "missing", 1, {"{dir}/none.bin"}, dataset([](const fs::path& d) { return (d / "none.bin").string(); })});
   t.push_back({"dataset", "a directory with no data", 1, {"{dir}/empty_dir"}, dataset([](const fs::path& d) {

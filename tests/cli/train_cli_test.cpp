@@ -230,9 +230,10 @@ TEST(CliProgress, BarsOnlyWhenStderrIsATerminal) {
   TempDir dir;
   testing::write_file(dir.file("corpus.txt"), testing::generated_corpus(300, 30));
   const std::vector<std::string> tokenizer_train = {"tokenizer", "train", "--input", dir.file("corpus.txt"),
-                                                    "--vocab-size", "300", "--output", dir.file("tok.model")};
+                                                    "--vocab-size", "300", "--output", dir.file("tok.model"),
+                                                    "--overwrite"};
   const std::vector<std::string> prepare = {"data", "prepare", "--input", dir.file("corpus.txt"), "--tokenizer",
-                                            dir.file("tok.model"), "--output", dir.file("corpus.bin")};
+                                            dir.file("tok.model"), "--output", dir.file("corpus.bin"), "--overwrite"};
   const std::string pty = std::string(CTITAN_SOURCE_DIR) + "/tests/cli/run_in_pty.py";
   auto at_terminal = testing::run_python(concat({pty, CTITAN_BIN}, tokenizer_train));
   ASSERT_EQ(at_terminal.exit_code, 0) << at_terminal.output;

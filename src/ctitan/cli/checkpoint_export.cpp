@@ -13,6 +13,7 @@
 #include "ctitan/checkpoint/hf/hf_export.h"
 #include "ctitan/checkpoint/hf/hf_import.h"
 #include "ctitan/cli/commands.h"
+#include "ctitan/common/output_target.h"
 #include "ctitan/cli/model_source.h"
 #include "ctitan/common/error.h"
 #include "ctitan/config/config_manager.h"
@@ -22,6 +23,17 @@
 
 namespace ctitan::cli {
 namespace {
+
+// --overwrite replaces --output once the new one is whole: were it the --input (or a directory
+// holding it), the replacement would delete what it was made from.
+void refuse_output_that_is_the_input(const std::string& command, const std::string& input, const std::string& output) {
+  for (auto dir = std::filesystem::absolute(input); !dir.empty(); dir = dir.parent_path()) {
+    if (same_file(dir, output)) {
+      throw InputError(fmt::format("{}: --output {} is, or holds, the --input {}", command, output, input));
+    }
+    if (dir == dir.parent_path()) break;
+  }
+}
 
 // "123", "500MB", "5GB" (decimal, as HF spells max_shard_size) or "64KiB", "2GiB" -> bytes.
 int64_t parse_size(const std::string& text) {
@@ -123,6 +135,7 @@ void add_checkpoint_export_commands(CLI::App& app) {
     options.overwrite = ea->overwrite;
     // Before the model is read: refusing takes no time.
     checkpoint::hf::check_output_dir(ea->output, ea->overwrite, "checkpoint export: --output");
+    refuse_output_that_is_the_input("checkpoint export", ea->input, ea->output);
     if (ea->best) {
       auto best = checkpoint::read_best(ea->input);
       if (best.step < 0) {
@@ -154,6 +167,7 @@ void add_checkpoint_export_commands(CLI::App& app) {
     // Issue #17: `--output .../step-15` of a training run replaced its full checkpoint (optimizer,
     // dataloader, RNG) by a model-only one. Checked before the import reads anything.
     checkpoint::hf::check_output_dir(ia->output, ia->overwrite, "checkpoint import: --output");
+    refuse_output_that_is_the_input("checkpoint import", ia->input, ia->output);
     auto hf = checkpoint::hf::import_hf(ia->input);
     auto job = job_config_for(hf, ia->config, ia->input);
     // Training keeps fp32 master weights whatever the export's dtype.

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "ctitan/cli/commands.h"
+#include "ctitan/common/output_target.h"
 #include "ctitan/common/error.h"
 #include "ctitan/common/progress_bar.h"
 #include "ctitan/data/documents.h"
@@ -18,6 +19,7 @@ void add_data_command(CLI::App& app) {
   cmd->require_subcommand(1);
   struct Args {
     std::string input, tokenizer, output, format = "auto";
+    bool overwrite = false;
     int workers = int(std::max(1u, std::thread::hardware_concurrency()));
   };
   auto args = std::make_shared<Args>();
@@ -27,6 +29,7 @@ void add_data_command(CLI::App& app) {
       ->required();
   prepare->add_option("--output", args->output, "Output .bin file")->required();
   prepare->add_option("--format", args->format, "auto | text | jsonl");
+  prepare->add_flag("--overwrite", args->overwrite, "Replace an existing --output");
   prepare->add_option("--workers", args->workers, "Tokenizer threads (default: one per CPU); 1 = no extra threads")
       ->capture_default_str();
   prepare->callback([args] {
@@ -36,6 +39,9 @@ void add_data_command(CLI::App& app) {
     if (files.front().second == data::FileFormat::kTokens) {
       throw InputError("data prepare: --input '" + args->input + "' is already a token file; train on it directly");
     }
+    std::vector<std::filesystem::path> inputs = {data::tokenizer_file(args->tokenizer)};
+    for (const auto& [file, format] : files) inputs.emplace_back(file);
+    check_output_file("data prepare: --output", args->output, args->overwrite, inputs);
     data::TokenFileWriter writer(args->output, uint32_t(tokenizer.vocab_size()));
     ProgressBar progress("tokens", 0);
     auto counts = data::tokenize_in_order(

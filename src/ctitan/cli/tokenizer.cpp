@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "ctitan/cli/commands.h"
+#include "ctitan/common/output_target.h"
 #include "ctitan/data/bpe_trainer.h"
 #include "ctitan/data/documents.h"
 #include "ctitan/data/hf_tokenizer_json.h"
@@ -24,6 +25,7 @@ void add_tokenizer_command(CLI::App& app) {
     int64_t vocab_size = 2048;
     std::string output;
     std::string format = "auto";
+    bool overwrite = false;
   };
   auto train_args = std::make_shared<TrainArgs>();
   auto* train = cmd->add_subcommand("train", "Learn BPE merges from text files or directories");
@@ -31,14 +33,21 @@ void add_tokenizer_command(CLI::App& app) {
   train->add_option("--vocab-size", train_args->vocab_size, "Vocabulary size, counting BOS and EOS");
   train->add_option("--output", train_args->output, "Output rank file")->required();
   train->add_option("--format", train_args->format, "auto | text | jsonl");
+  train->add_flag("--overwrite", train_args->overwrite, "Replace an existing --output");
   train->callback([train_args] {
     auto start = std::chrono::steady_clock::now();
-    std::vector<std::string> texts;
+    std::vector<std::pair<std::string, data::FileFormat>> files;
     for (const auto& input : train_args->inputs) {
-      for (const auto& [file, format] : data::list_dataset_files(input, train_args->format, "--input")) {
-        auto docs = data::read_documents(file, format);
-        texts.insert(texts.end(), std::make_move_iterator(docs.begin()), std::make_move_iterator(docs.end()));
-      }
+      auto listed = data::list_dataset_files(input, train_args->format, "--input");
+      files.insert(files.end(), listed.begin(), listed.end());
+    }
+    std::vector<std::filesystem::path> inputs;
+    for (const auto& [file, format] : files) inputs.emplace_back(file);
+    check_output_file("tokenizer train: --output", train_args->output, train_args->overwrite, inputs);
+    std::vector<std::string> texts;
+    for (const auto& [file, format] : files) {
+      auto docs = data::read_documents(file, format);
+      texts.insert(texts.end(), std::make_move_iterator(docs.begin()), std::make_move_iterator(docs.end()));
     }
     auto tokenizer = data::train_bpe(texts, {train_args->vocab_size, /*show_progress=*/true});
     auto parent = std::filesystem::path(train_args->output).parent_path();
@@ -75,6 +84,7 @@ void add_tokenizer_command(CLI::App& app) {
 
   struct ConvertArgs {
     std::string tokenizer, output_dir;
+    bool overwrite = false;
   };
   auto convert_args = std::make_shared<ConvertArgs>();
   auto* convert = cmd->add_subcommand(
@@ -83,8 +93,14 @@ void add_tokenizer_command(CLI::App& app) {
   convert->add_option("--tokenizer", convert_args->tokenizer, "Rank file, tokenizer.json, or a directory with either")
       ->required();
   convert->add_option("--output-dir", convert_args->output_dir, "Directory to write (created if missing)")->required();
+  convert->add_flag("--overwrite", convert_args->overwrite, "Replace tokenizer files already in --output-dir");
   convert->callback([convert_args] {
     auto tokenizer = data::Tokenizer::load(convert_args->tokenizer);
+    const std::filesystem::path dir = convert_args->output_dir;
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "tokenizer.model"}) {
+      check_output_file("tokenizer convert: --output-dir", dir / name, convert_args->overwrite,
+                        {data::tokenizer_file(convert_args->tokenizer)});
+    }
     std::filesystem::create_directories(convert_args->output_dir);
     data::write_hf_tokenizer_files(tokenizer, convert_args->output_dir);
     bool tiktoken = tokenizer.fits_tiktoken_format();

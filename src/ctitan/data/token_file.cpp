@@ -30,7 +30,18 @@ void TokenFileWriter::append(const std::vector<int32_t>& tokens) {
 void TokenFileWriter::finish() {
   out_.close();
   if (!out_) throw IoError(fmt::format("failed writing token file {}.tmp", path_));
-  std::filesystem::rename(path_ + ".tmp", path_);
+  std::error_code ec;
+  std::filesystem::rename(path_ + ".tmp", path_, ec);
+  if (ec) throw IoError(fmt::format("cannot rename {}.tmp to {}: {}", path_, path_, ec.message()));
+  finished_ = true;
+}
+
+TokenFileWriter::~TokenFileWriter() {
+  if (finished_) return;
+  // A write that failed or was interrupted by an error leaves nothing behind.
+  out_.close();
+  std::error_code ignored;
+  std::filesystem::remove(path_ + ".tmp", ignored);
 }
 
 TokenFileReader::TokenFileReader(const std::string& path) : path_(path) {

@@ -12,6 +12,9 @@ class TokenFileWriter {
  public:
   // Writes to `path + ".tmp"` and renames on finish(), so a crash never leaves a half file.
   TokenFileWriter(const std::string& path, uint32_t vocab_size);
+  ~TokenFileWriter();  // removes the temporary file unless finish() renamed it
+  TokenFileWriter(const TokenFileWriter&) = delete;
+  TokenFileWriter& operator=(const TokenFileWriter&) = delete;
   void append(const std::vector<int32_t>& tokens);
   void finish();
   int64_t tokens_written() const { return count_; }
@@ -20,6 +23,7 @@ class TokenFileWriter {
   std::string path_;
   std::ofstream out_;
   int64_t count_ = 0;
+  bool finished_ = false;
 };
 
 class TokenFileReader {

@@ -355,16 +355,21 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   return text;
 }
 
-Tokenizer Tokenizer::load(const std::string& path) {
+fs::path tokenizer_file(const std::string& path) {
   fs::path file = path;
   std::error_code ec;
   if (fs::is_directory(file, ec)) {
-    if (fs::exists(file / "tokenizer.json")) return load_hf_tokenizer_json(file / "tokenizer.json");
-    if (fs::exists(file / "tokenizer.model")) return load_tiktoken((file / "tokenizer.model").string());
+    if (fs::exists(file / "tokenizer.json")) return file / "tokenizer.json";
+    if (fs::exists(file / "tokenizer.model")) return file / "tokenizer.model";
     fail_tokenizer(path, "directory holds neither tokenizer.json nor tokenizer.model");
   }
+  return file;
+}
+
+Tokenizer Tokenizer::load(const std::string& path) {
+  const fs::path file = tokenizer_file(path);
   if (file.extension() == ".json") return load_hf_tokenizer_json(file);
-  return load_tiktoken(path);
+  return load_tiktoken(file.string());
 }
 
 }  // namespace ctitan::data

@@ -4,6 +4,7 @@
 // any others) have ids of their own and are never produced from text.
 #include <array>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -85,5 +86,9 @@ class Tokenizer {
   std::array<int32_t, 256> byte_rank_{};             // byte value -> id of that one-byte token
   Pretokenizer pretokenizer_;
 };
+
+// The file Tokenizer::load(path) reads: `path` itself, or a directory's tokenizer.json (preferred)
+// or tokenizer.model; a TokenizerError when a directory holds neither.
+std::filesystem::path tokenizer_file(const std::string& path);
 
 }  // namespace ctitan::data

@@ -1,0 +1,35 @@
+#include "ctitan/common/output_target.h"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include "ctitan/common/error.h"
+
+namespace ctitan {
+
+bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
+  struct stat sa {}, sb {};
+  if (::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return false;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+void check_output_file(const std::string& flag, const std::filesystem::path& target, bool overwrite,
+                       const std::vector<std::filesystem::path>& inputs) {
+  for (const auto& input : inputs) {
+    if (same_file(target, input)) {
+      throw InputError(fmt::format("{} {} is also an input ({}): write the output elsewhere", flag, target.string(),
+                                   input.string()));
+    }
+  }
+  struct stat st {};
+  if (::lstat(target.c_str(), &st) != 0) return;  // nothing there yet
+  if (!S_ISREG(st.st_mode)) {
+    throw InputError(fmt::format("{} {} exists and is not a regular file; ctitan writes only regular files", flag,
+                                 target.string()));
+  }
+  if (!overwrite) {
+    throw InputError(fmt::format("{} {} already exists; pass --overwrite to replace it", flag, target.string()));
+  }
+}
+
+}  // namespace ctitan
