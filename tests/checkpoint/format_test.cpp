@@ -7,6 +7,7 @@
 
 #include "ctitan/checkpoint/coordinator.h"
 #include "ctitan/checkpoint/metadata.h"
+#include "ctitan/common/atomic_file.h"
 #include "ctitan/checkpoint/model_io.h"
 #include "ctitan/checkpoint/reader.h"
 #include "ctitan/checkpoint/retention.h"

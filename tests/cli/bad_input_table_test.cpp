@@ -685,6 +685,19 @@ std::vector<Case> bad_input_table(const fs::path& checkpoints, const fs::path& h
      });
   ck("inspect --verify: flipped byte", {shard}, [](const fs::path& s) { flip_byte(s / "rank-00000.bin", 3000); },
      [](const fs::path&, const fs::path& s) { return Process{{"checkpoint", "inspect", "--verify", s.string()}}; });
+  // Both used to pass inspect --verify, and the duplicate was read over the original on resume.
+  ck("inspect --verify: an entry twice", {meta, "appears twice"}, [](const fs::path& s) {
+       auto j = nlohmann::json::parse(read_file((s / "metadata.json").string()));
+       j["entries"].push_back(j["entries"][0]);
+       write_file((s / "metadata.json").string(), j.dump());
+     },
+     [](const fs::path&, const fs::path& s) { return Process{{"checkpoint", "inspect", "--verify", s.string()}}; });
+  ck("inspect --verify: an entry of a rank outside the world", {meta, "outside world_size"}, [](const fs::path& s) {
+       auto j = nlohmann::json::parse(read_file((s / "metadata.json").string()));
+       j["entries"][0]["rank"] = 7;
+       write_file((s / "metadata.json").string(), j.dump());
+     },
+     [](const fs::path&, const fs::path& s) { return Process{{"checkpoint", "inspect", "--verify", s.string()}}; });
   ck("export: shard cut inside a model tensor", {shard}, truncate_in_model,
      [](const fs::path& dir, const fs::path& s) {
        return Process{{"checkpoint", "export", "--input", s.string(), "--output", (dir / "out").string()}};

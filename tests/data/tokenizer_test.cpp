@@ -233,6 +233,21 @@ TEST(Pretokenizer, HugeWhitespaceRun) {
   EXPECT_EQ(pieces[0].size(), text.size());
 }
 
+// A split pattern that backtracks exponentially (a tokenizer.json can carry any) stops at PCRE2's
+// match limit, and the error names the file it came from, not only PCRE2's words.
+TEST(Pretokenizer, CatastrophicBacktrackingNamesTheTokenizerFile) {
+  auto spec = Tokenizer::from_ranks(byte_tokens()).spec();
+  spec.split_pattern = "(a|aa)+$";
+  spec.source = "evil/tokenizer.json";
+  Tokenizer tok(spec);
+  try {
+    tok.encode(std::string(64, 'a') + "!", false, false);
+    FAIL() << "a pattern past the match limit was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("evil/tokenizer.json"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(TrainedTokenizer, RoundTrips) {
   for (const auto& text : kRoundTripTexts) {
     EXPECT_EQ(tokenizer_->decode(tokenizer_->encode(text, false, false)), text) << text;

@@ -92,7 +92,10 @@ TEST(DistEnv, BadValuesNameTheVariable) {
   for (const auto& [vars, name] :
        std::vector<std::pair<Vars, std::string>>{
            {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "0"}}, "LOCAL_WORLD_SIZE=0"},
-           {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NTASKS_PER_NODE", "0"}}, "SLURM_NTASKS_PER_NODE=0"}}) {
+           {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NTASKS_PER_NODE", "0"}}, "SLURM_NTASKS_PER_NODE=0"},
+           // A local rank outside the node named a device and a memory share that do not exist.
+           {{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "99"}, {"LOCAL_WORLD_SIZE", "1"}}, "local rank 99"},
+           {{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "-7"}}, "local rank -7"}}) {
     EnvScope env(vars);
     try {
       read_dist_env();

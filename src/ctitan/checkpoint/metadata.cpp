@@ -8,6 +8,8 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <set>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -17,15 +19,6 @@
 
 namespace ctitan::checkpoint {
 namespace {
-
-void fsync_path(const std::filesystem::path& path, int flags) {
-  int fd = ::open(path.c_str(), flags);
-  if (fd < 0) throw IoError(fmt::format("checkpoint error: cannot open {}: {}", path.string(), std::strerror(errno)));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) throw IoError(fmt::format("checkpoint error: fsync {}: {}", path.string(), std::strerror(err)));
-}
 
 // metadata.json is read from disk: a number must be an integer of the field's range, never a
 // float (nlohmann's get<int>() of 1e300 is undefined behaviour) or a value that wraps.
@@ -183,9 +176,21 @@ Metadata metadata_from_json(const std::string& text, const std::string& where) {
     }
     m.config_hash = j.at("config_hash").get<std::string>();
     m.config_toml = j.at("config").get<std::string>();
+    // One slice per (part, key, saving rank, box: offsets and shape): a second would be read over
+    // the first. A rank outside the world (-1: a part every rank shares) has no place to load from.
+    std::set<std::tuple<std::string, std::string, int, std::vector<int64_t>, std::vector<int64_t>>> seen;
     for (const auto& je : j.at("entries")) {
       m.entries.push_back(entry_from_json(je));
-      check_entry(m.entries.back());
+      const auto& e = m.entries.back();
+      check_entry(e);
+      if (e.rank < -1 || e.rank >= m.world_size) {
+        throw InputError(fmt::format("entry {}/{} was saved by rank {}, outside world_size {}", e.part, e.key, e.rank,
+                                     m.world_size));
+      }
+      if (!seen.emplace(e.part, e.key, e.rank, e.offsets, e.shape).second) {
+        throw InputError(fmt::format("entry {}/{} of rank {} at {} appears twice", e.part, e.key, e.rank,
+                                     box_text(e.offsets, e.shape)));
+      }
     }
     return m;
   } catch (const InputError& e) {
@@ -211,36 +216,6 @@ Metadata read_metadata(const std::filesystem::path& step_dir) {
   std::stringstream text;
   text << in.rdbuf();
   return metadata_from_json(text.str(), path.string());
-}
-
-void write_file_atomically(const std::filesystem::path& path, const std::string& text) {
-  auto tmp = path;
-  tmp += ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw IoError(fmt::format("checkpoint error: cannot create {}: {}", tmp.string(), std::strerror(errno)));
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int err = n < 0 ? errno : ENOSPC;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw IoError(fmt::format("checkpoint error: writing {}: {}", tmp.string(), std::strerror(err)));
-    }
-    done += size_t(n);
-  }
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) {
-    ::unlink(tmp.c_str());
-    throw IoError(fmt::format("checkpoint error: fsync {}: {}", tmp.string(), std::strerror(err)));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw IoError(fmt::format("checkpoint error: rename {}: {}", tmp.string(), ec.message()));
-  fsync_path(path.parent_path(), O_RDONLY | O_DIRECTORY);  // makes the rename itself durable
 }
 
 std::string step_dir_name(int64_t step) { return fmt::format("step-{}", step); }

@@ -60,10 +60,6 @@ Metadata metadata_from_json(const std::string& text, const std::string& where);
 
 // Reads step_dir/metadata.json; throws InputError naming the file if it is missing or invalid.
 Metadata read_metadata(const std::filesystem::path& step_dir);
-// Writes `path` atomically: a temporary file, fsync, rename, fsync of the directory. A crash
-// leaves either the old file or the new one, never a torn one.
-void write_file_atomically(const std::filesystem::path& path, const std::string& text);
-
 // "step-N" for N, and back (nullopt when `name` is not a step directory name).
 std::string step_dir_name(int64_t step);
 std::optional<int64_t> parse_step_dir_name(const std::string& name);

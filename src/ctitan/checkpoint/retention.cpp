@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ctitan/checkpoint/metadata.h"
+#include "ctitan/common/atomic_file.h"
 #include "ctitan/common/error.h"
 
 namespace ctitan::checkpoint {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "ctitan/checkpoint/metadata.h"
+#include "ctitan/common/atomic_file.h"
 #include "ctitan/checkpoint/writer.h"
 #include "ctitan/common/error.h"
 

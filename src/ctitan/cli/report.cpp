@@ -5,7 +5,7 @@
 
 #include "ctitan/cli/commands.h"
 #include "ctitan/common/error.h"
-#include "ctitan/common/json_file.h"
+#include "ctitan/common/atomic_file.h"
 #include "ctitan/common/output_target.h"
 #include "ctitan/metrics/run_report.h"
 

@@ -330,7 +330,14 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool bos, bool eos
   ids.reserve(text.size() / 3 + 2);
   if (bos) ids.push_back(bos_id());
   MergeScratch scratch;
-  for (std::string_view piece : pretokenizer_.split(text)) {
+  std::vector<std::string_view> pieces;
+  try {
+    pieces = pretokenizer_.split(text);
+  } catch (const InputError& e) {
+    // A split pattern that backtracks past PCRE2's match limit: the file that holds it is the culprit.
+    throw InputError(fmt::format("{} (the split pattern of {})", e.what(), spec_.source));
+  }
+  for (std::string_view piece : pieces) {
     // tiktoken takes a piece that is itself a token as is, even if merges could not reach it.
     scratch.key.assign(piece);
     if (auto it = spec_.ignore_merges ? ranks_.find(scratch.key) : ranks_.end(); it != ranks_.end()) {

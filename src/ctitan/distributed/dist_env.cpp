@@ -63,12 +63,16 @@ DistEnv read_dist_env() {
                                  e.world_size, e.source));
   }
   // Processes per node divide memory and name devices: 0 would divide by zero later.
-  if (e.local_world_size < 1 || e.local_rank < 0) {
+  // torchrun always exports LOCAL_WORLD_SIZE (its default here is the world); Slurm and Open MPI
+  // only some of the time, their default of 1 being no bound on the local rank.
+  const bool local_size_known = e.source == "torchrun" || env("SLURM_NTASKS_PER_NODE") ||
+                                env("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (e.local_world_size < 1 || e.local_rank < 0 || (local_size_known && e.local_rank >= e.local_world_size)) {
     const char* size_var = e.source == "slurm"     ? "SLURM_NTASKS_PER_NODE"
                            : e.source == "openmpi" ? "OMPI_COMM_WORLD_LOCAL_SIZE"
                                                    : "LOCAL_WORLD_SIZE";
     throw InputError(fmt::format("launcher error: local rank {} with {}={} (from {} variables): a node runs at "
-                                 "least one process, and local ranks start at 0",
+                                 "least one process, and local ranks run from 0 to that count - 1",
                                  e.local_rank, size_var, e.local_world_size, e.source));
   }
   if (e.master_port <= 0 || e.master_port > 65535) {

@@ -158,17 +158,18 @@ void Trainer::log_setup_memory() const {
 
 void Trainer::refuse_if_the_step_cannot_fit(const models::ModelArgs& args) const {
   auto job = estimate::job_shape_from_config(config_, args, dist_->env.world_size);
-  // A floor of what any layout holds, in double precision, on every device: absurd sizes stop here.
-  if (device_.is_cuda()) {
-    estimate::refuse_beyond_memory(estimate::memory_floor(job), double(cuda::device_memory_stats(device_.index()).capacity_bytes),
-                                   "this GPU's memory");
-  } else {
-    estimate::refuse_beyond_memory(estimate::memory_floor(job),
-                                   double(metrics::physical_memory_bytes()) / double(dist_->env.local_world_size),
-                                   "this rank's share of the machine's memory");
-  }
+  // A floor of what any layout holds, in double precision, on every device: a model too big for
+  // any batch stops here, and so do absurd sizes where the walk below does not apply.
+  const auto floor = estimate::memory_floor(job);
+  const double memory_bytes = device_.is_cuda() ? double(cuda::device_memory_stats(device_.index()).capacity_bytes)
+                                          : double(metrics::physical_memory_bytes()) / double(dist_->env.local_world_size);
+  const char* whose = device_.is_cuda() ? "this GPU's memory" : "this rank's share of the machine's memory";
+  if (floor.state_bytes > memory_bytes) estimate::refuse_beyond_memory(floor, memory_bytes, whose);
   // The walk, only where `ctitan estimate`'s CPU walk follows the step; elsewhere it would overestimate.
-  if (!device_.is_cpu() || !estimate::cpu_walk_follows(config_)) return;
+  if (!device_.is_cpu() || !estimate::cpu_walk_follows(config_)) {
+    estimate::refuse_beyond_memory(floor, memory_bytes, whose);
+    return;
+  }
   auto hw = estimate::hardware_profile("cpu");
   hw.memory_bytes = metrics::physical_memory_bytes() / dist_->env.local_world_size;
   auto memory = estimate::estimate_memory(job, hw);
