@@ -9,9 +9,11 @@
 #include <fstream>
 #include <functional>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "ctitan/common/error.h"
+#include "ctitan/models/common/transformer.h"
 
 namespace ctitan::models {
 namespace {
@@ -37,6 +39,38 @@ TEST(ModelSpec, RegistryListsTheFamiliesAndNamesWhatIsUnknown) {
             std::string::npos);
   for (const auto& name : model_names()) {
     for (const auto& flavor : flavor_names(name)) EXPECT_EQ(model_flavor(name, flavor).family, name);
+  }
+}
+
+// Each family's TP plan names modules its model has: every sublayer a child of each block, every
+// projection a Linear of it, every replicated weight a parameter of the block; and together the
+// plan covers every weight of a block, so none is left unsharded and unsummed by mistake.
+TEST(ModelSpec, EveryFamilysTpPlanCoversItsBlocks) {
+  for (const auto& spec : model_specs()) {
+    for (const auto& [flavor, args] : spec.flavors) {
+      if (flavor != "debugmodel" && flavor != "0.6B") continue;  // small enough to build
+      auto small = args;
+      small.n_layers = 1;
+      Transformer model(small);
+      const auto plan = spec.tp_plan(small);
+      auto* block = model->blocks().front();
+      auto params = block->named_parameters();
+      std::set<std::string> covered;
+      for (const auto& sub : plan.sublayers) {
+        std::vector<std::string> names = sub.column_wise;
+        names.push_back(sub.row_wise);
+        for (const auto& name : names) {
+          const auto fqn = sub.module + "." + name + ".weight";
+          EXPECT_TRUE(params.contains(fqn)) << spec.name << " " << flavor << ": " << fqn;
+          covered.insert(fqn);
+        }
+      }
+      for (const auto& name : plan.replicated) {
+        EXPECT_TRUE(params.contains(name + ".weight")) << spec.name << " " << flavor << ": " << name;
+        covered.insert(name + ".weight");
+      }
+      EXPECT_EQ(covered.size(), params.size()) << spec.name << " " << flavor;
+    }
   }
 }
 

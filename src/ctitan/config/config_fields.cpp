@@ -26,6 +26,11 @@ const NameTable<ActivationCheckpointMode> kAcModes = {{ActivationCheckpointMode:
                                                       {ActivationCheckpointMode::kFull, "full"},
                                                       {ActivationCheckpointMode::kSelective, "selective"}};
 const NameTable<PsMode> kPsModes = {{PsMode::kGradients, "gradients"}, {PsMode::kDistAutograd, "dist_autograd"}};
+const NameTable<DatasetFormat> kDatasetFormats = {{DatasetFormat::kAuto, "auto"}, {DatasetFormat::kText, "text"},
+                                                  {DatasetFormat::kJsonl, "jsonl"}, {DatasetFormat::kTokens, "tokens"}};
+const NameTable<DatasetFormat> kValidationDatasetFormats = {
+    {DatasetFormat::kAsTraining, "training"}, {DatasetFormat::kAuto, "auto"}, {DatasetFormat::kText, "text"},
+    {DatasetFormat::kJsonl, "jsonl"}, {DatasetFormat::kTokens, "tokens"}};
 const NameTable<DeviceChoice> kDeviceChoices = {
     {DeviceChoice::kAuto, "auto"}, {DeviceChoice::kCpu, "cpu"}, {DeviceChoice::kCuda, "cuda"}};
 
@@ -88,6 +93,7 @@ std::string name_of(ReshardAfterForward v) { return name_in(kReshardModes, v); }
 std::string name_of(GradientSync v) { return name_in(kGradientSyncs, v); }
 std::string name_of(DeviceChoice v) { return name_in(kDeviceChoices, v); }
 std::string name_of(PsMode v) { return name_in(kPsModes, v); }
+std::string name_of(DatasetFormat v) { return name_in(kValidationDatasetFormats, v); }
 std::string name_of(AsyncMode v) { return name_in(kAsyncModes, v); }
 std::string name_of(ActivationCheckpointMode v) { return name_in(kAcModes, v); }
 
@@ -127,7 +133,7 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"training", "seq_len", &c.training.seq_len, "tokens per sequence"},
       {"training", "steps", &c.training.steps, "optimizer steps to run"},
       {"training", "max_norm", &c.training.max_norm, "gradient clipping threshold (global L2 norm); <= 0 disables"},
-      {"training", "dataset", &c.training.dataset, "file format: auto | text | jsonl | tokens"},
+      {"training", "dataset", choice(&c.training.dataset, kDatasetFormats), "file format: auto (by extension) | text | jsonl | tokens"},
       {"training", "dataset_path", &c.training.dataset_path, "file or directory"},
       {"training", "mixed_precision_param", choice(&c.training.mixed_precision_param, dtypes({c10::kBFloat16, c10::kFloat})), "compute dtype (FSDP: the all-gather dtype too)"},
       {"training", "mixed_precision_reduce", choice(&c.training.mixed_precision_reduce, dtypes({c10::kFloat, c10::kBFloat16})), "FSDP's gradient reduce-scatter dtype"},
@@ -156,7 +162,7 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"validation", "enable", &c.validation.enable, "run a validation loop"},
       {"validation", "freq", &c.validation.freq, "every N training steps (and the last step)"},
       {"validation", "steps", &c.validation.steps, "batches per validation run"},
-      {"validation", "dataset", &c.validation.dataset, "defaults to training.dataset"},
+      {"validation", "dataset", choice(&c.validation.dataset, kValidationDatasetFormats), "file format: training (training.dataset's) | auto | text | jsonl | tokens"},
       {"validation", "dataset_path", &c.validation.dataset_path, "defaults to training.dataset_path"},
 
       {"parallelism", "data_parallel_replicate_degree", &c.parallelism.data_parallel_replicate_degree, "DDP (or HSDP's replica) dimension"},

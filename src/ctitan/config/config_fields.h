@@ -42,6 +42,7 @@ std::string name_of(ReshardAfterForward v);
 std::string name_of(GradientSync v);
 std::string name_of(DeviceChoice v);
 std::string name_of(PsMode v);
+std::string name_of(DatasetFormat v);
 std::string name_of(AsyncMode v);
 std::string name_of(ActivationCheckpointMode v);
 

@@ -386,10 +386,6 @@ void check_config(const JobConfig& c) {
   }
   require(t.housekeeping_freq > 0,
           fmt::format("training.housekeeping_freq must be > 0 (got {})", t.housekeeping_freq));
-  for (auto [key, ds] : {std::pair{"training.dataset", t.dataset}, {"validation.dataset", c.validation.dataset}}) {
-    require(ds.empty() || ds == "auto" || ds == "text" || ds == "jsonl" || ds == "tokens",
-            fmt::format("{} must be auto, text, jsonl or tokens (got '{}')", key, ds));
-  }
   // Output folders: empty would write into the working directory, and a filesystem root (an
   // absolute folder joins as itself) would spread a run's files over it.
   for (auto [key, folder] : {std::pair{"job.dump_folder", c.job.dump_folder}, {"checkpoint.folder", c.checkpoint.folder},

@@ -28,6 +28,9 @@ enum class DeviceChoice { kAuto, kCpu, kCuda };
 // ctitan ps: trainers push gradients to the server, or the embedding lives on the server behind
 // distributed autograd (docs/RPC.md).
 enum class PsMode { kGradients, kDistAutograd };
+// A dataset's file format (data/token_stream.h): by extension (auto), or one for every file.
+// kAsTraining: validation.dataset's default, training.dataset's format.
+enum class DatasetFormat { kAuto, kText, kJsonl, kTokens, kAsTraining };
 
 struct Job {
   std::string dump_folder = "./outputs";  // output folder: metrics.jsonl, checkpoints, traces, TensorBoard
@@ -76,7 +79,7 @@ struct Training {
   int64_t seq_len = 2048;              // tokens per sequence
   int64_t steps = 10000;               // optimizer steps to run
   double max_norm = 1.0;               // gradient clipping threshold (global L2 norm); <= 0 disables
-  std::string dataset = "auto";        // auto | text | jsonl | tokens (data/token_stream.h)
+  DatasetFormat dataset = DatasetFormat::kAuto;  // auto | text | jsonl | tokens (data/token_stream.h)
   std::string dataset_path = "";       // file or directory
   c10::ScalarType mixed_precision_param = c10::kBFloat16;  // bfloat16 | float32: compute dtype
   c10::ScalarType mixed_precision_reduce = c10::kFloat;    // float32 | bfloat16: FSDP's gradient reduction
@@ -108,7 +111,7 @@ struct Validation {
   bool enable = false;              // run a validation loop
   int64_t freq = 500;               // every N training steps (and the last step)
   int64_t steps = 10;               // batches per validation run
-  std::string dataset = "";         // defaults to training.dataset
+  DatasetFormat dataset = DatasetFormat::kAsTraining;  // training (training.dataset's) | auto | text | jsonl | tokens
   std::string dataset_path = "";    // defaults to training.dataset_path
 };
 

@@ -2,14 +2,16 @@
 // The model registry, as torchtitan's register_train_spec: one ModelSpec per family, keyed by
 // `model.name`. Everything outside models/ reaches a family through this header, never by name:
 // the trainer, parallel/, checkpoint/hf and the CLI work on the family-neutral decoder
-// (models/common/transformer.h) and ask the spec for what differs (flavors, HF names).
+// (models/common/transformer.h) and ask the spec for what differs (flavors, HF names, the TP plan).
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "ctitan/models/common/model_args.h"
+#include "ctitan/models/common/tp_plan.h"
 
 namespace ctitan::models {
 
@@ -27,6 +29,8 @@ struct ModelSpec {
   // the base its import starts from.
   ModelArgs hf_base;
   HfFormat hf;
+  // How its blocks split under tensor parallelism (tp_plan.h); parallel/tp applies it.
+  std::function<TpPlan(const ModelArgs&)> tp_plan;
 };
 
 // The default `model.name` (torchtitan's too).

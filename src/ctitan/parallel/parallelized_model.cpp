@@ -8,6 +8,7 @@
 #include "ctitan/components/loss.h"
 #include "ctitan/config/config_fields.h"
 #include "ctitan/distributed/communicator.h"
+#include "ctitan/models/model_spec.h"
 #include "ctitan/parallel/activation_checkpoint.h"
 #include "ctitan/parallel/data_parallel_parts.h"
 #include "ctitan/parallel/ddp.h"
@@ -135,8 +136,8 @@ void ParallelizedModel::apply_tensor_parallel(const distributed::DistContext& di
   const bool loss_parallel = !config.parallelism.disable_loss_parallel;
   const bool async = config.parallelism.enable_async_tensor_parallel;
   tensor_parallel_ = std::make_unique<tp::TensorParallel>(part_pointers(), dist.mesh->group("tp"), loss_parallel, async);
-  spdlog::info("TP over {} ranks: column-wise wq/wk/wv/w1/w3, row-wise wo/w2, sequence-parallel norms, "
-               "vocab-sharded embeddings and output, loss parallel {}{}", dist.dims.tp,
+  spdlog::info("TP over {} ranks: {}, sequence-parallel norms, vocab-sharded embeddings and output, loss "
+               "parallel {}{}", dist.dims.tp, models::describe(models::model_spec(args().family).tp_plan(args())),
                loss_parallel ? "on" : "off (logits all-gathered)",
                async ? "; async TP (collectives micro-pipelined with their matmuls)" : "");
 }

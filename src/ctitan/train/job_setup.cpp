@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "ctitan/components/loss.h"
+#include "ctitan/config/config_fields.h"
 #include "ctitan/data/token_stream.h"
 #include "ctitan/train/determinism.h"
 #include "ctitan/train/model_builder.h"
@@ -27,7 +28,8 @@ std::unique_ptr<data::PackedLoader> make_loader(const config::JobConfig& config,
   const bool training = split == DataSplit::kTraining;
   const std::string key = training ? "training.dataset_path" : "validation.dataset_path";
   const std::string path = training || v.dataset_path.empty() ? t.dataset_path : v.dataset_path;
-  const std::string format = training || v.dataset.empty() ? t.dataset : v.dataset;
+  const std::string format =
+      config::name_of(training || v.dataset == config::DatasetFormat::kAsTraining ? t.dataset : v.dataset);
   return std::make_unique<data::PackedLoader>(data::open_token_stream(path, format, job.tokenizer, key), t.seq_len,
                                               batch_size, fmt::format("{} '{}'", key, path), dp_rank, dp_degree,
                                               job.args.vocab_size);

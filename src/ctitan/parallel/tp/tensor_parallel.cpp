@@ -7,6 +7,7 @@
 
 #include "ctitan/common/error.h"
 #include "ctitan/models/common/deferred_init.h"
+#include "ctitan/models/model_spec.h"
 #include "ctitan/parallel/deferred_params.h"
 #include "ctitan/parallel/tp/collective_matmul.h"
 #include "ctitan/parallel/tp/projection_stash.h"
@@ -14,6 +15,26 @@
 #include "ctitan/parallel/tp/vocab_parallel_loss.h"
 
 namespace ctitan::parallel::tp {
+
+namespace {
+
+// A block's child module named by the plan; a missing one is a plan that does not fit the model.
+torch::nn::Module& child_of(torch::nn::Module& parent, const std::string& name, const std::string& where) {
+  const auto children = parent.named_children();  // a copy of the handles; parent owns the modules
+  auto* found = children.find(name);
+  if (!found) throw std::logic_error(fmt::format("tensor parallel plan: {} has no module '{}'", where, name));
+  return **found;
+}
+
+torch::nn::Linear linear_child(torch::nn::Module& parent, const std::string& name, const std::string& where) {
+  const auto children = parent.named_children();
+  auto* found = children.find(name);
+  auto linear = found ? std::dynamic_pointer_cast<torch::nn::LinearImpl>(*found) : nullptr;
+  if (!linear) throw std::logic_error(fmt::format("tensor parallel plan: {}.{} is not a Linear", where, name));
+  return torch::nn::Linear(linear);
+}
+
+}  // namespace
 
 ShardRange shard_range(int64_t n, int64_t parts, int64_t index) {
   const int64_t chunk = (n + parts - 1) / parts;
@@ -77,27 +98,25 @@ void TensorParallel::apply_plan(models::TransformerImpl& model) {
     hooks.add_post_forward(*model.tok_embeddings, [g](const torch::Tensor& h) { return reduce_scatter_sequence(h, *g); });
   }
 
+  // The family's plan (models/common/tp_plan.h) names the modules of a block.
+  const auto plan = models::model_spec(args.family).tp_plan(args);
   for (auto* block : model.blocks()) {
     const std::string prefix = fmt::format("layers.{}.", block->layer_id);
-    auto& attention = *block->attention;
-    column_wise(prefix + "attention.wq.weight", attention.wq);
-    column_wise(prefix + "attention.wk.weight", attention.wk);
-    column_wise(prefix + "attention.wv.weight", attention.wv);
-    row_wise(prefix + "attention.wo.weight", attention.wo);
-    auto& feed_forward = *block->feed_forward;
-    column_wise(prefix + "feed_forward.w1.weight", feed_forward.w1);
-    column_wise(prefix + "feed_forward.w3.weight", feed_forward.w3);
-    row_wise(prefix + "feed_forward.w2.weight", feed_forward.w2);
-    replicated_.insert(prefix + "attention_norm.weight");
-    replicated_.insert(prefix + "ffn_norm.weight");
-    if (attention.q_norm) {
-      // QK-norms act on whole heads and each rank holds whole heads: the weights stay whole, and
-      // each rank's gradient covers its own heads, so the sum over the group is the full one.
-      replicated_.insert(prefix + "attention.q_norm.weight");
-      replicated_.insert(prefix + "attention.k_norm.weight");
+    for (const auto& sub : plan.sublayers) {
+      auto& module = child_of(*block, sub.module, prefix);
+      std::vector<torch::nn::Linear> columns;
+      for (const auto& name : sub.column_wise) {
+        columns.push_back(linear_child(module, name, prefix + sub.module));
+        column_wise(prefix + sub.module + "." + name + ".weight", columns.back());
+      }
+      auto row = linear_child(module, sub.row_wise, prefix + sub.module);
+      row_wise(prefix + sub.module + "." + sub.row_wise + ".weight", row);
+      hook_sublayer(hooks, module, columns, row);
     }
-    hook_sublayer(hooks, attention, {attention.wq, attention.wk, attention.wv}, attention.wo);
-    hook_sublayer(hooks, feed_forward, {feed_forward.w1, feed_forward.w3}, feed_forward.w2);
+    // Norms act per token (QK-norms on whole heads, and each rank holds whole heads): their
+    // weights stay whole, and each rank's gradient covers its own share, so the sum over the
+    // group is the full one.
+    for (const auto& name : plan.replicated) replicated_.insert(prefix + name + ".weight");
   }
   if (model.norm) replicated_.insert("norm.weight");
   auto* head = model.head();
