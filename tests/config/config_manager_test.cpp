@@ -36,6 +36,14 @@ TEST(ConfigManager, DefaultsMatchTorchtitan) {
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 8e-4);
 }
 
+// validation.dataset was a string whose default was "": the configs saved in checkpoints before it
+// became a choice still read (as "training", training.dataset's format), and print as the new name.
+TEST(ConfigManager, TheLegacyEmptyValidationDatasetReadsAsTraining) {
+  auto c = parse_job_config("[validation]\ndataset = \"\"\n", "old.toml");
+  EXPECT_EQ(c.validation.dataset, DatasetFormat::kAsTraining);
+  EXPECT_NE(to_toml(c).find("dataset = \"training\""), std::string::npos) << to_toml(c);
+}
+
 TEST(ConfigManager, TomlThenOverridesInAllForms) {
   auto c = parse_job_config(
       "[training]\nsteps = 5\nseq_len = 128\n[optimizer]\nlr = 1\n[debug]\ndeterministic = true\n", "job.toml",

@@ -224,6 +224,11 @@ TEST(JobEstimate, RejectsBadInputNamingTheFlag) {
   job.pp_microbatches = 2;
   expect_estimate_input_error([&] { validate_job(job, gpu); }, "--pp-microbatches 2");
   expect_estimate_input_error([] { hardware_profile("a100"); }, "--hardware 'a100'");
+  // A tied head under PP: the trainer refuses it, so the estimate does too.
+  JobShape tied;
+  tied.model = model_flavor("qwen3", "0.6B");
+  tied.degrees.pp = 2;
+  expect_estimate_input_error([&] { validate_job(tied, gpu); }, "ties the output layer");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,8 +1,6 @@
 #include "ctitan/checkpoint/metadata.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>

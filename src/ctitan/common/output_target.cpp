@@ -24,8 +24,8 @@ void check_output_file(const std::string& flag, const std::filesystem::path& tar
   struct stat st {};
   if (::lstat(target.c_str(), &st) != 0) return;  // nothing there yet
   if (!S_ISREG(st.st_mode)) {
-    throw InputError(fmt::format("{} {} exists and is not a regular file; ctitan writes only regular files", flag,
-                                 target.string()));
+    throw InputError(fmt::format("{} {} exists and is not a regular file ({}); ctitan replaces only regular files",
+                                 flag, target.string(), S_ISLNK(st.st_mode) ? "a symbolic link" : "a device, FIFO or directory"));
   }
   if (!overwrite) {
     throw InputError(fmt::format("{} {} already exists; pass --overwrite to replace it", flag, target.string()));

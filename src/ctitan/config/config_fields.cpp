@@ -30,7 +30,9 @@ const NameTable<DatasetFormat> kDatasetFormats = {{DatasetFormat::kAuto, "auto"}
                                                   {DatasetFormat::kJsonl, "jsonl"}, {DatasetFormat::kTokens, "tokens"}};
 const NameTable<DatasetFormat> kValidationDatasetFormats = {
     {DatasetFormat::kAsTraining, "training"}, {DatasetFormat::kAuto, "auto"}, {DatasetFormat::kText, "text"},
-    {DatasetFormat::kJsonl, "jsonl"}, {DatasetFormat::kTokens, "tokens"}};
+    {DatasetFormat::kJsonl, "jsonl"}, {DatasetFormat::kTokens, "tokens"},
+    // The string default before this key was an enum: configs saved in checkpoints still hold it.
+    {DatasetFormat::kAsTraining, ""}};
 const NameTable<DeviceChoice> kDeviceChoices = {
     {DeviceChoice::kAuto, "auto"}, {DeviceChoice::kCpu, "cpu"}, {DeviceChoice::kCuda, "cuda"}};
 
@@ -79,11 +81,15 @@ std::string value_text(const Field& f) {
 }
 
 std::string Choice::allowed() const {
+  std::vector<std::string> shown;  // an empty name is a legacy alias, accepted but not offered
+  for (const auto& name : names) {
+    if (!name.empty()) shown.push_back(name);
+  }
   std::string out;
-  for (size_t i = 0; i < names.size(); ++i) {
-    out += names[i];
-    if (i + 2 < names.size()) out += ", ";
-    else if (i + 2 == names.size()) out += " or ";
+  for (size_t i = 0; i < shown.size(); ++i) {
+    out += shown[i];
+    if (i + 2 < shown.size()) out += ", ";
+    else if (i + 2 == shown.size()) out += " or ";
   }
   return out;
 }

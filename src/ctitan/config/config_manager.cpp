@@ -473,6 +473,10 @@ void check_size_ranges(const JobConfig& c) {
                         {"pipeline_parallel_layers_per_stage", p.pipeline_parallel_layers_per_stage}}) {
     at_most(std::string("parallelism.") + key, v, int64_t(1) << 24, "2^24");
   }
+  at_most("parallelism.pipeline_parallel_first_stage_less_layers", p.pipeline_parallel_first_stage_less_layers,
+          int64_t(1) << 16, "2^16");
+  at_most("parallelism.pipeline_parallel_last_stage_less_layers", p.pipeline_parallel_last_stage_less_layers,
+          int64_t(1) << 16, "2^16");
   at_most("comm.init_timeout_seconds", c.comm.init_timeout_seconds, kWeek, "a week");
   at_most("comm.train_timeout_seconds", c.comm.train_timeout_seconds, kWeek, "a week");
   require(c.ps.round_timeout_seconds <= double(kWeek),

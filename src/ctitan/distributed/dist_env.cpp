@@ -65,8 +65,9 @@ DistEnv read_dist_env() {
   // Processes per node divide memory and name devices: 0 would divide by zero later.
   // torchrun always exports LOCAL_WORLD_SIZE (its default here is the world); Slurm and Open MPI
   // only some of the time, their default of 1 being no bound on the local rank.
-  const bool local_size_known = e.source == "torchrun" || env("SLURM_NTASKS_PER_NODE") ||
-                                env("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const bool local_size_known = e.source == "torchrun" ||
+                                (e.source == "slurm" && (env("SLURM_NTASKS_PER_NODE") || env("SLURM_TASKS_PER_NODE"))) ||
+                                (e.source == "openmpi" && env("OMPI_COMM_WORLD_LOCAL_SIZE"));
   if (e.local_world_size < 1 || e.local_rank < 0 || (local_size_known && e.local_rank >= e.local_world_size)) {
     const char* size_var = e.source == "slurm"     ? "SLURM_NTASKS_PER_NODE"
                            : e.source == "openmpi" ? "OMPI_COMM_WORLD_LOCAL_SIZE"

@@ -93,7 +93,7 @@ class TorchtitanGpuWalk {
     // The norms (QK-norms too) are replicated over TP.
     blk_numel_ = lin + 2 * double(w_.d) + (w_.qk_norm ? 2 * double(w_.head_dim) : 0);
     // Gathered bytes: float8 linears are all-gathered in float8 (1 byte), the rest in bf16.
-    blk_gathered_ = lin * (job.float8 ? 1 : 2) + 2 * 2 * double(w_.d);
+    blk_gathered_ = lin * (job.float8 ? 1 : 2) + 2 * (blk_numel_ - lin);
     // A tied head has no weight of its own (and no pipeline split: the trainer refuses it).
     root_numel_ = (first_ ? double(w_.vocab * w_.d) / t_ : 0) +
                   (last_ ? (w_.tied ? 0 : double(w_.vocab * w_.d) / t_) + double(w_.d) : 0);

@@ -143,6 +143,10 @@ void validate_job(const JobShape& job, const HardwareProfile& hw) {
   require(job.local_batch_size >= 1 && job.seq_len >= 1 && job.grad_accum_steps >= 1,
           "training.local_batch_size and training.seq_len must be >= 1");
   require(m.n_heads % g.tp == 0, fmt::format("--tp {} does not divide model.n_heads {}", g.tp, m.n_heads));
+  // As the trainer (parallel::refuse_layouts_the_model_lacks): the head and the embedding are one weight.
+  require(!(m.tie_word_embeddings && g.pp > 1),
+          fmt::format("--pp {}: model.flavor ties the output layer to tok_embeddings, which pipeline parallelism "
+                      "cannot split", g.pp));
   require(m.kv_heads() % g.tp == 0, fmt::format("--tp {} does not divide model.n_kv_heads {}", g.tp, m.kv_heads()));
   require(m.ffn_hidden_dim() % g.tp == 0,
           fmt::format("--tp {} does not divide the FFN hidden size {}", g.tp, m.ffn_hidden_dim()));

@@ -15,7 +15,9 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 double largest_activation(const JobShape& job, double tp) {
   const auto& m = job.model;
   const double widest = std::max({double(m.vocab_size), double(m.ffn_hidden_dim()), double(m.dim)});
-  return double(job.local_batch_size) * double(job.seq_len) * widest / tp * 2;
+  // Under PP a forward holds one pipeline microbatch, of one sequence at least.
+  const double rows = job.degrees.pp > 1 ? 1 : double(job.local_batch_size);
+  return rows * double(job.seq_len) * widest / tp * 2;
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 // magnitude neither overflow nor reach the allocator: checked before a model is built or a step
 // walked. A lower bound whatever the layout: every parameter sharded over every rank of a stage's
 // data-parallel, tensor-parallel and pipeline dimensions, and only the largest activation of one
-// microbatch (the logits or the FFN's hidden, (B, T, max(vocab, hidden)) over tp, 2 bytes each).
+// microbatch (the logits or the FFN's hidden, (B, T, max(vocab, hidden)) over tp, 2 bytes each;
+// B is 1 under PP, whose microbatches may be single sequences).
 #include <string>
 
 #include "ctitan/estimate/job_estimate.h"

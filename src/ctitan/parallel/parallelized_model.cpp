@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <map>
+
 #include "ctitan/common/dtype_names.h"
 #include "ctitan/common/error.h"
 #include "ctitan/components/autocast.h"
@@ -133,6 +135,10 @@ void ParallelizedModel::apply_pipeline(const distributed::DistContext& dist, con
 
 void ParallelizedModel::apply_tensor_parallel(const distributed::DistContext& dist, const config::JobConfig& config) {
   tp::validate_tensor_parallel(args(), config.training.seq_len, dist.dims.tp);
+  if (!models::model_spec(args().family).tp_plan) {
+    throw ConfigError(fmt::format("model.name {} has no tensor-parallel plan: set parallelism.tensor_parallel_degree "
+                                  "to 1", config.model.name));
+  }
   const bool loss_parallel = !config.parallelism.disable_loss_parallel;
   const bool async = config.parallelism.enable_async_tensor_parallel;
   tensor_parallel_ = std::make_unique<tp::TensorParallel>(part_pointers(), dist.mesh->group("tp"), loss_parallel, async);

@@ -1,7 +1,8 @@
 #pragma once
 // The model every ctitan ps process builds: seeded and initialised by train::seed_job and
-// build_model, as train::Trainer builds it, so that the server, each trainer and a `ctitan train`
-// of the same config start from the same bytes. On the CPU: the parameters cross the wire as CPU
+// build_model (eagerly: the server and the trainers hold whole models), so that the server, each
+// trainer and a `ctitan train` of the same config (which draws the same values, deferred_init.h)
+// start from the same bytes. On the CPU: the parameters cross the wire as CPU
 // tensors.
 #include <torch/torch.h>
 

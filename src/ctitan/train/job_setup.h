@@ -22,7 +22,8 @@ struct JobSeed {
 
 // Seeds the default generator with debug.seed, switches on deterministic algorithms for `device`
 // when debug.deterministic asks, loads the tokenizer and resolves the model's args. The model
-// built next (build_model) draws its initial weights from this seed.
+// built next (build_model, or build_deferred and its draws) takes its initial weights from this
+// seed, the same bytes either way.
 JobSeed seed_job(const config::JobConfig& config, torch::Device device);
 
 enum class DataSplit { kTraining, kValidation };

@@ -73,12 +73,12 @@ class Trainer : public checkpoint::Stateful {
  private:
   void train_steps();  // the step loop of train(), which adds the emergency checkpoint on exceptions
   std::vector<data::Batch> next_global_batch();
-  // A ConfigError with the numbers when `ctitan estimate`'s memory walk says the step cannot fit
-  // in this rank's share of the machine's memory (CPU runs without TP, PP or AC), before anything
-  // is allocated.
   // One line: the bytes of this rank's parameters against the whole model's, and the most memory
   // the set-up held at once.
   void log_setup_memory() const;
+  // A ConfigError with the numbers, before anything is allocated, when the step cannot fit in this
+  // rank's memory: by a floor any layout must hold (estimate/memory_floor.h), on every device; and
+  // by `ctitan estimate`'s memory walk where it follows the step (CPU runs without TP, PP or AC).
   void refuse_if_the_step_cannot_fit(const models::ModelArgs& args) const;
   // Throws, naming the step, when the gradient norm is not finite: before the update for CPU
   // norms; device norms are recorded and thrown by check_no_non_finite_step() (log steps, saves).

@@ -36,7 +36,8 @@ class DeferredInitScope {
 // thread; does nothing otherwise. For models/' constructors.
 void release_if_deferred(torch::nn::Module& module);
 
-// A parameter with elements but no storage: built deferred, its values not drawn yet.
+// A parameter with elements but no storage: built deferred, its values not drawn yet. Only
+// meaningful before FSDP wraps a model: FSDP's resharded module parameters look the same.
 bool is_deferred(const torch::Tensor& t);
 
 // One parameter's initial values: the draw fills a tensor of `shape` from the default generator,

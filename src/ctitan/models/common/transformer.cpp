@@ -37,11 +37,6 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
   release_if_deferred(*this);
 }
 
-void RMSNormImpl::reset_parameters() {
-  torch::NoGradGuard no_grad;
-  weight.fill_(1.0);
-}
-
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   // Normalises in fp32 whatever the compute dtype: the mean of squares loses too much in bf16.
   return ops::rms_norm(x, weight, eps_);

@@ -15,7 +15,6 @@ class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps);
   torch::Tensor forward(const torch::Tensor& x);
-  void reset_parameters();
   torch::Tensor weight;
 
  private:
