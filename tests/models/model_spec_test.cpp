@@ -53,7 +53,7 @@ TEST(ModelSpec, EveryFamilysTpPlanCoversItsBlocks) {
       small.n_layers = 1;
       small.vocab_size = 256;
       Transformer model(small);
-      const auto plan = spec.tp_plan(small);
+      const auto plan = spec.parallelize_plan(small).tp;
       auto* block = model->blocks().front();
       auto params = block->named_parameters();
       std::set<std::string> covered;

@@ -2,7 +2,8 @@
 // The model registry, as torchtitan's register_train_spec: one ModelSpec per family, keyed by
 // `model.name`. Everything outside models/ reaches a family through this header, never by name:
 // the trainer, parallel/, checkpoint/hf and the CLI work on the family-neutral decoder
-// (models/common/transformer.h) and ask the spec for what differs (flavors, HF names, the TP plan).
+// (models/common/transformer.h) and ask the spec for what differs (flavors, HF names, the
+// parallelize plan).
 #include <nlohmann/json.hpp>
 
 #include <functional>
@@ -11,7 +12,7 @@
 #include <vector>
 
 #include "ctitan/models/common/model_args.h"
-#include "ctitan/models/common/tp_plan.h"
+#include "ctitan/models/common/parallelize_plan.h"
 
 namespace ctitan::models {
 
@@ -29,8 +30,10 @@ struct ModelSpec {
   // the base its import starts from.
   ModelArgs hf_base;
   HfFormat hf;
-  // How its blocks split under tensor parallelism (tp_plan.h); parallel/tp applies it.
-  std::function<TpPlan(const ModelArgs&)> tp_plan;
+  // Which modules split under tensor parallelism, shard as one FSDP unit, recompute under
+  // activation checkpointing, and sit around the blocks in a pipeline split
+  // (parallelize_plan.h); parallel/ applies it.
+  std::function<ParallelizePlan(const ModelArgs&)> parallelize_plan;
 };
 
 // The default `model.name` (torchtitan's too).

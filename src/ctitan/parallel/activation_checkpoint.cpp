@@ -109,27 +109,34 @@ torch::Tensor checkpointed(const torch::Tensor& input, const models::ModuleHooks
   return output;
 }
 
-int apply_activation_checkpointing(models::TransformerImpl& model, const config::ActivationCheckpoint& ac) {
+int apply_activation_checkpointing(models::TransformerImpl& model, const std::vector<std::string>& units,
+                                   const config::ActivationCheckpoint& ac) {
   if (ac.mode == config::ActivationCheckpointMode::kNone) return 0;
+  // This part's units, in forward order: a pipeline stage holds some of the model's.
+  const auto present = model.named_modules("", /*include_self=*/false);
+  std::vector<const torch::nn::Module*> modules;
+  for (const auto& fqn : units) {
+    if (const auto* module = present.find(fqn)) modules.push_back(module->get());
+  }
   int64_t every = 1;
   if (ac.mode == config::ActivationCheckpointMode::kSelective) {
     const auto selective = config::selective_ac(ac);
     if (selective.op) {
-      for (auto* block : model.blocks()) {
-        model.hooks.set_around(*block, [](const torch::Tensor& x, const models::ModuleHooks::Forward& forward) {
+      for (const auto* module : modules) {
+        model.hooks.set_around(*module, [](const torch::Tensor& x, const models::ModuleHooks::Forward& forward) {
           return op_selective_checkpointed(x, forward);
         });
       }
-      return int(model.layers->size());
+      return int(modules.size());
     }
     every = selective.every;
   }
   int wrapped = 0;
   int64_t count = 0;
-  for (auto* block : model.blocks()) {
+  for (const auto* module : modules) {
     // torchtitan counts every k-th block of the model part, as here.
     if (++count % every != 0) continue;
-    model.hooks.set_around(*block, [](const torch::Tensor& x, const models::ModuleHooks::Forward& forward) {
+    model.hooks.set_around(*module, [](const torch::Tensor& x, const models::ModuleHooks::Forward& forward) {
       return checkpointed(x, forward);
     });
     ++wrapped;

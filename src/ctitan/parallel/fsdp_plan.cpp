@@ -1,28 +1,59 @@
 #include "ctitan/parallel/fsdp_plan.h"
 
-namespace ctitan::parallel {
+#include <set>
+#include <stdexcept>
 
-std::unique_ptr<fsdp::FSDPModule> apply_fsdp(models::TransformerImpl& model, fsdp::MeshGroups groups,
-                                             fsdp::MixedPrecisionPolicy mp, config::ReshardAfterForward reshard_after_forward,
-                                             bool pipeline) {
-  // "default" is torchtitan's `not pp_enabled`.
-  const bool reshard_blocks = reshard_after_forward == config::ReshardAfterForward::kAlways ||
-                              (reshard_after_forward == config::ReshardAfterForward::kDefault && !pipeline);
-  auto fsdp = std::make_unique<fsdp::FSDPModule>(model.hooks, std::move(groups), mp);
-  // A tied head multiplies by the embedding's weight at the end of forward and first thing in
-  // backward: the embedding group stays unsharded after forward, as torchtitan's root group does,
-  // and its reduce-scatter (at the end of backward, its input being token ids) sees both uses.
-  const bool reshard_embedding = reshard_blocks && !model.tied_head;
-  if (model.tok_embeddings) fsdp->fully_shard({{"tok_embeddings", model.tok_embeddings.ptr().get()}}, reshard_embedding);
-  for (auto* block : model.blocks()) {
-    fsdp->fully_shard({{"layers." + std::to_string(block->layer_id), block}}, reshard_blocks);
+namespace ctitan::parallel {
+namespace {
+
+bool frees_after_forward(models::FreeAfterForward rule, config::ReshardAfterForward policy, bool pipeline) {
+  switch (rule) {
+    case models::FreeAfterForward::kPerPolicy:
+      // "default" is torchtitan's `not pp_enabled`.
+      return policy == config::ReshardAfterForward::kAlways ||
+             (policy == config::ReshardAfterForward::kDefault && !pipeline);
+    case models::FreeAfterForward::kOnlyIfAlways:
+      return policy == config::ReshardAfterForward::kAlways;
+    case models::FreeAfterForward::kNever:
+      return false;
   }
-  // norm and output are one group, as torchtitan's; a pipeline split between them
-  // (module_fqns_per_model_part) leaves each stage its own.
-  std::vector<std::pair<std::string, const torch::nn::Module*>> head;
-  if (model.norm) head.emplace_back("norm", model.norm.ptr().get());
-  if (model.output) head.emplace_back("output", model.output.ptr().get());
-  if (!head.empty()) fsdp->fully_shard(head, reshard_after_forward == config::ReshardAfterForward::kAlways);
+  return false;
+}
+
+// A parameter's FQN is covered when a unit's module is it or a prefix of it at a dot.
+bool covered(const std::string& param, const std::set<std::string>& modules) {
+  for (size_t dot = param.find('.'); dot != std::string::npos; dot = param.find('.', dot + 1)) {
+    if (modules.count(param.substr(0, dot))) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::unique_ptr<fsdp::FSDPModule> apply_fsdp(models::TransformerImpl& model, const std::vector<models::FsdpUnit>& units,
+                                             fsdp::MeshGroups groups, fsdp::MixedPrecisionPolicy mp,
+                                             config::ReshardAfterForward reshard_after_forward, bool pipeline) {
+  const auto present = model.named_modules("", /*include_self=*/false);
+  // Resolved and checked before anything is sharded.
+  std::vector<std::pair<std::vector<std::pair<std::string, const torch::nn::Module*>>, bool>> resolved;
+  std::set<std::string> sharded;
+  for (const auto& unit : units) {
+    std::vector<std::pair<std::string, const torch::nn::Module*>> modules;
+    for (const auto& fqn : unit.modules) {
+      if (const auto* module = present.find(fqn)) {
+        modules.emplace_back(fqn, module->get());
+        sharded.insert(fqn);
+      }
+    }
+    if (modules.empty()) continue;  // another pipeline stage's
+    resolved.emplace_back(std::move(modules), frees_after_forward(unit.free_after_forward, reshard_after_forward, pipeline));
+  }
+  for (const auto& param : model.named_parameters()) {
+    if (!covered(param.key(), sharded))
+      throw std::logic_error("FSDP plan: parameter " + param.key() + " is in no unit of the model's plan");
+  }
+  auto fsdp = std::make_unique<fsdp::FSDPModule>(model.hooks, std::move(groups), mp);
+  for (const auto& [modules, free_after_forward] : resolved) fsdp->fully_shard(modules, free_after_forward);
   fsdp->fully_shard_root(model);
   return fsdp;
 }

@@ -39,6 +39,7 @@ std::unique_ptr<ParallelizedModel> parallelize(models::DeferredModel model, cons
   out->bf16_ = config.training.mixed_precision_param == torch::kBFloat16;
   out->device_type_ = device.type();
   move_deferred(*model.model, device);
+  out->plan_ = models::model_spec(model.model->args().family).parallelize_plan(model.model->args());
   out->parts_.push_back(std::move(model.model));
   out->ranks_per_batch_ = dist.dims.tp * dist.dims.pp;
   // torchtitan's order: pipeline split, then per stage TP -> activation checkpointing -> FSDP or
@@ -93,7 +94,7 @@ std::vector<models::TransformerImpl*> ParallelizedModel::part_pointers() const {
 
 void ParallelizedModel::apply_pipeline(const distributed::DistContext& dist, const config::JobConfig& config,
                                        torch::Device device) {
-  auto stage = pipeline::split_into_stages(*parts_.front(), config, int(dist.mesh->local_rank("pp")));
+  auto stage = pipeline::split_into_stages(*parts_.front(), config, plan_.pipeline, int(dist.mesh->local_rank("pp")));
   if (!stage.plan.warning.empty()) spdlog::warn("{}", stage.plan.warning);
   spdlog::info("{}", stage.describe());
   for (auto& more : stage.more_models) parts_.push_back(std::move(more));
@@ -135,7 +136,7 @@ void ParallelizedModel::apply_pipeline(const distributed::DistContext& dist, con
 
 void ParallelizedModel::apply_tensor_parallel(const distributed::DistContext& dist, const config::JobConfig& config) {
   tp::validate_tensor_parallel(args(), config.training.seq_len, dist.dims.tp);
-  if (!models::model_spec(args().family).tp_plan) {
+  if (plan_.tp.sublayers.empty()) {
     throw ConfigError(fmt::format("model.name {} has no tensor-parallel plan: set parallelism.tensor_parallel_degree "
                                   "to 1", config.model.name));
   }
@@ -143,7 +144,7 @@ void ParallelizedModel::apply_tensor_parallel(const distributed::DistContext& di
   const bool async = config.parallelism.enable_async_tensor_parallel;
   tensor_parallel_ = std::make_unique<tp::TensorParallel>(part_pointers(), dist.mesh->group("tp"), loss_parallel, async);
   spdlog::info("TP over {} ranks: {}, sequence-parallel norms, vocab-sharded embeddings and output, loss "
-               "parallel {}{}", dist.dims.tp, models::describe(models::model_spec(args().family).tp_plan(args())),
+               "parallel {}{}", dist.dims.tp, models::describe(plan_.tp),
                loss_parallel ? "on" : "off (logits all-gathered)",
                async ? "; async TP (collectives micro-pipelined with their matmuls)" : "");
 }
@@ -151,7 +152,7 @@ void ParallelizedModel::apply_tensor_parallel(const distributed::DistContext& di
 void ParallelizedModel::apply_checkpointing(const config::JobConfig& config) {
   const auto& ac = config.activation_checkpoint;
   int wrapped = 0;
-  for (auto& part : parts_) wrapped += parallel::apply_activation_checkpointing(*part, ac);
+  for (auto& part : parts_) wrapped += parallel::apply_activation_checkpointing(*part, plan_.checkpoint_units, ac);
   if (wrapped == 0) return;
   int64_t blocks = 0;
   for (const auto& part : parts_) blocks += int64_t(part->layers->size());
@@ -171,7 +172,7 @@ void ParallelizedModel::apply_data_parallel(const distributed::DistContext& dist
     shard_group_ = groups.shard;
     fsdp::MixedPrecisionPolicy mp{bf16_ ? torch::kBFloat16 : torch::kFloat, config.training.mixed_precision_reduce};
     data_parallel_ = wrap_each_part([&](models::TransformerImpl& part) -> PartWrapper {
-      return apply_fsdp(part, groups, mp, p.fsdp_reshard_after_forward, dims.pp_enabled());
+      return apply_fsdp(part, plan_.fsdp_units, groups, mp, p.fsdp_reshard_after_forward, dims.pp_enabled());
     });
     reduce_every_microbatch_ = p.fsdp_gradient_sync == config::GradientSync::kEveryMicrobatch;
     spdlog::info("{} over dp_shard {} x dp_replicate {}: params {}, reduce {}, reshard_after_forward {}, "

@@ -18,6 +18,7 @@
 #include "ctitan/config/job_config.h"
 #include "ctitan/distributed/init_distributed.h"
 #include "ctitan/models/common/deferred_init.h"
+#include "ctitan/models/common/parallelize_plan.h"
 #include "ctitan/models/common/transformer.h"
 #include "ctitan/parallel/data_parallel.h"
 #include "ctitan/parallel/pipeline/runtime.h"
@@ -108,6 +109,8 @@ class ParallelizedModel {
   // This rank's model parts: the whole model, or its pipeline stages (one, or an interleaved
   // schedule's several, stage_of_part_[i] being part i's stage).
   std::vector<models::Transformer> parts_;
+  // The family's plan (ModelSpec::parallelize_plan): which modules split, shard and recompute how.
+  models::ParallelizePlan plan_;
   std::vector<int> stage_of_part_;
   // Each local stage's data-parallel wrapper (inside data_parallel_), for the schedule's per-stage sync.
   std::map<int, DataParallel*> stage_data_parallel_;

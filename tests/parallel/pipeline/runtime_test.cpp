@@ -66,7 +66,9 @@ void expect_pipeline_equals_one_process(const std::string& schedule, int local_b
   labels[0][3] = components::kIgnoreIndex;  // the denominator counts valid tokens only
   auto reference = one_process(args, inputs, labels, microbatch_size);
 
-  auto plan = plan_pipeline({int(args.n_layers), 2, schedule, local_batch, microbatch_size});
+  PipelinePlanInput input{int(args.n_layers), 2, schedule, local_batch, microbatch_size};
+  input.layout = models::dense_decoder_plan(args).pipeline;
+  auto plan = plan_pipeline(input);
   // Every stage's model is built here, from the same seed as the reference: the global RNG is
   // not for threads.
   std::vector<Transformer> stages;

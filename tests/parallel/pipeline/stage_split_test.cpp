@@ -14,6 +14,13 @@ namespace {
 
 using Parts = std::vector<std::vector<std::string>>;
 
+// The shared decoder's names around its blocks: tok_embeddings, layers.i, norm, output.
+const models::PipelineLayout kDecoder = models::dense_decoder_plan({}).pipeline;
+
+std::vector<std::vector<std::string>> split_modules(int n_layers, int stages, int first_less, int last_less) {
+  return pipeline::split_modules(kDecoder, n_layers, stages, first_less, last_less);
+}
+
 PipelinePlanInput plan_input(int n_layers, int pp, const std::string& schedule, int local_batch = 8, int microbatch = 1) {
   PipelinePlanInput in;
   in.n_layers = n_layers;
@@ -21,6 +28,7 @@ PipelinePlanInput plan_input(int n_layers, int pp, const std::string& schedule, 
   in.schedule = schedule;
   in.local_batch_size = local_batch;
   in.microbatch_size = microbatch;
+  in.layout = kDecoder;
   return in;
 }
 
@@ -201,11 +209,11 @@ TEST(PipelineStageSplit, AcceptsExactlyWhatTheMicrobatchRulesAllow) {
 }
 
 TEST(PipelineStageSplit, DescribeStageCollapsesRunsOfBlocks) {
-  EXPECT_EQ(describe_stage({"tok_embeddings", "layers.0", "layers.1", "layers.2"}), "tok_embeddings, layers.0-2");
-  EXPECT_EQ(describe_stage({"layers.3", "norm", "output"}), "layers.3, norm, output");
-  EXPECT_EQ(describe_stage({"layers.9", "layers.10", "layers.11"}), "layers.9-11");
-  EXPECT_EQ(describe_stage({"layers.0", "layers.2", "layers.3"}), "layers.0, layers.2-3");
-  EXPECT_EQ(describe_stage({}), "");
+  EXPECT_EQ(describe_stage({"tok_embeddings", "layers.0", "layers.1", "layers.2"}, "layers"), "tok_embeddings, layers.0-2");
+  EXPECT_EQ(describe_stage({"layers.3", "norm", "output"}, "layers"), "layers.3, norm, output");
+  EXPECT_EQ(describe_stage({"layers.9", "layers.10", "layers.11"}, "layers"), "layers.9-11");
+  EXPECT_EQ(describe_stage({"layers.0", "layers.2", "layers.3"}, "layers"), "layers.0, layers.2-3");
+  EXPECT_EQ(describe_stage({}, "layers"), "");
 }
 
 }  // namespace

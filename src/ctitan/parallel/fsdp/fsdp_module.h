@@ -75,6 +75,8 @@ class FSDPModule final : public DataParallel {
   double take_exposed_comm_seconds() override;
   double take_grad_sync_seconds() override;
   const MeshGroups& groups() const { return groups_; }
+  // One per fully_shard call: the units gathered, freed and reduced together.
+  size_t group_count() const { return param_groups_.size(); }
 
  private:
   friend struct BackwardHook;

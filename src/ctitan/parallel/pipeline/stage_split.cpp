@@ -80,15 +80,15 @@ int stages_per_rank(const PipelinePlanInput& in, ScheduleKind kind, int slots) {
 // stages run in part order, and stage_model keeps exactly the modules of its part.
 void check_given_split(const PipelinePlanInput& in) {
   const auto& parts = in.module_fqns_per_model_part;
-  const auto expected = split_modules(in.n_layers, 1, 0, 0).front();  // forward order
+  const auto expected = in.layout.modules(in.n_layers);  // forward order
   size_t next = 0;
   for (size_t p = 0; p < parts.size(); ++p) {
     const std::string where = "parallelism.module_fqns_per_model_part part " + str(int(p));
     if (parts[p].empty()) throw ConfigError(where + " is empty; every stage needs a module");
     for (const auto& fqn : parts[p]) {
       if (std::find(expected.begin(), expected.end(), fqn) == expected.end())
-        throw ConfigError(where + ": '" + fqn + "' is not a module of the model (tok_embeddings, layers.0-" +
-                          str(in.n_layers - 1) + ", norm, output)");
+        throw ConfigError(where + ": '" + fqn + "' is not a module of the model (" +
+                          describe_stage(expected, in.layout.blocks) + ")");
       if (next >= expected.size() || fqn != expected[next])
         throw ConfigError(where + ": '" + fqn + "' where '" + (next < expected.size() ? expected[next] : "nothing") +
                           "' comes next; list every module once, in forward order");
@@ -138,8 +138,8 @@ void check_microbatches(const PipelinePlanInput& in, ScheduleKind kind, const Pi
                       str(shape.pp) + ")");
 }
 
-std::optional<int> layer_index(const std::string& fqn) {
-  const std::string prefix = "layers.";
+std::optional<int> layer_index(const std::string& fqn, const std::string& blocks) {
+  const std::string prefix = blocks + ".";
   if (fqn.rfind(prefix, 0) != 0 || fqn.size() == prefix.size()) return std::nullopt;
   for (size_t i = prefix.size(); i < fqn.size(); ++i)
     if (fqn[i] < '0' || fqn[i] > '9') return std::nullopt;
@@ -154,28 +154,27 @@ std::vector<int> PipelinePlan::stages_of_rank(int pp_rank) const {
   return stages;
 }
 
-std::vector<std::vector<std::string>> split_modules(int n_layers, int stages, int first_less, int last_less) {
+std::vector<std::vector<std::string>> split_modules(const models::PipelineLayout& layout, int n_layers, int stages,
+                                                    int first_less, int last_less) {
   std::vector<std::vector<std::string>> parts(static_cast<size_t>(stages));
-  int next_layer = 0;
-  auto take_layers = [&](std::vector<std::string>& part, int count) {
-    for (int i = 0; i < count && next_layer < n_layers; ++i) part.push_back("layers." + str(next_layer++));
-  };
   if (stages == 1) {
-    parts[0].push_back("tok_embeddings");
-    take_layers(parts[0], n_layers);
-    parts[0].insert(parts[0].end(), {"norm", "output"});
+    parts[0] = layout.modules(n_layers);
     return parts;
   }
+  int next_layer = 0;
+  auto take_layers = [&](std::vector<std::string>& part, int count) {
+    for (int i = 0; i < count && next_layer < n_layers; ++i) part.push_back(layout.block(next_layer++));
+  };
   const int slots = n_layers + first_less + last_less;
   for (int s = 0; s < stages; ++s) {
     auto& part = parts[static_cast<size_t>(s)];
     const int own_slots = slots / stages + (s < slots % stages ? 1 : 0);
     if (s == 0) {
-      part.push_back("tok_embeddings");
+      part = layout.before_blocks;
       take_layers(part, own_slots - first_less);
     } else if (s == stages - 1) {
       take_layers(part, own_slots - last_less);
-      part.insert(part.end(), {"norm", "output"});
+      part.insert(part.end(), layout.after_blocks.begin(), layout.after_blocks.end());
     } else {
       take_layers(part, own_slots);
     }
@@ -185,6 +184,7 @@ std::vector<std::vector<std::string>> split_modules(int n_layers, int stages, in
 
 PipelinePlan plan_pipeline(const PipelinePlanInput& in) {
   const ScheduleKind kind = parse_schedule(in.schedule);
+  if (in.layout.blocks.empty()) throw std::logic_error("plan_pipeline: the model's pipeline layout is empty");
   require_positive(in.n_layers, "model.n_layers");
   require_positive(in.pp, "parallelism.pipeline_parallel_degree");
   require_positive(in.local_batch_size, "training.local_batch_size");
@@ -202,7 +202,8 @@ PipelinePlan plan_pipeline(const PipelinePlanInput& in) {
   check_microbatches(in, kind, plan.shape);
   plan.module_fqns_per_stage =
       in.module_fqns_per_model_part.empty()
-          ? split_modules(in.n_layers, plan.shape.stages(), in.first_stage_less_layers, in.last_stage_less_layers)
+          ? split_modules(in.layout, in.n_layers, plan.shape.stages(), in.first_stage_less_layers,
+                          in.last_stage_less_layers)
           : in.module_fqns_per_model_part;
 
   // Backstop: the refusals above should leave only plans that run; a stuck one is a ctitan bug.
@@ -227,11 +228,11 @@ PipelinePlan plan_pipeline(const PipelinePlanInput& in) {
   return plan;
 }
 
-std::string describe_stage(const std::vector<std::string>& fqns) {
+std::string describe_stage(const std::vector<std::string>& fqns, const std::string& blocks) {
   std::string text;
   auto append = [&](const std::string& item) { text += (text.empty() ? "" : ", ") + item; };
   for (size_t i = 0; i < fqns.size();) {
-    std::optional<int> first = layer_index(fqns[i]);
+    std::optional<int> first = layer_index(fqns[i], blocks);
     if (!first) {
       append(fqns[i++]);
       continue;
@@ -240,11 +241,11 @@ std::string describe_stage(const std::vector<std::string>& fqns) {
     int last = *first;
     size_t j = i + 1;
     for (; j < fqns.size(); ++j) {
-      std::optional<int> next = layer_index(fqns[j]);
+      std::optional<int> next = layer_index(fqns[j], blocks);
       if (!next || *next != last + 1) break;
       last = *next;
     }
-    append("layers." + str(*first) + (last > *first ? "-" + str(last) : ""));
+    append(blocks + "." + str(*first) + (last > *first ? "-" + str(last) : ""));
     i = j;
   }
   return text;

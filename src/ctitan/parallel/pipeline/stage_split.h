@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ctitan/models/common/parallelize_plan.h"
 #include "ctitan/parallel/pipeline/schedule.h"
 #include "ctitan/parallel/pipeline/schedule_sim.h"
 
@@ -24,6 +25,8 @@ struct PipelinePlanInput {
   // parallelism.module_fqns_per_model_part: the stages' modules as the user gave them, which
   // replaces the weighted split (and sets the stage count). Empty: derived.
   std::vector<std::vector<std::string>> module_fqns_per_model_part = {};
+  // The family's module names around the blocks (ParallelizePlan::pipeline).
+  models::PipelineLayout layout = {};
 };
 
 struct PipelinePlan {
@@ -51,11 +54,13 @@ PipelinePlan plan_pipeline(const PipelinePlanInput& input);
 
 // torchtitan's generate_llm_fqn_per_model_part, without validation (plan_pipeline refuses the
 // splits it cannot make first): E = n_layers + first_less + last_less slots, E / S per stage and
-// one more for the first E % S stages; stage 0 opens with tok_embeddings (first_less slots), the
-// last stage closes with norm, output (last_less slots). S == 1 holds everything.
-std::vector<std::vector<std::string>> split_modules(int n_layers, int stages, int first_less, int last_less);
+// one more for the first E % S stages; stage 0 opens with layout.before_blocks (first_less slots),
+// the last stage closes with layout.after_blocks (last_less slots). S == 1 holds everything.
+std::vector<std::vector<std::string>> split_modules(const models::PipelineLayout& layout, int n_layers, int stages,
+                                                    int first_less, int last_less);
 
-// "tok_embeddings, layers.0-2" for the startup line: runs of consecutive blocks collapse.
-std::string describe_stage(const std::vector<std::string>& fqns);
+// "tok_embeddings, layers.0-2" for the startup line: runs of consecutive blocks (named by
+// `blocks`, the layout's) collapse.
+std::string describe_stage(const std::vector<std::string>& fqns, const std::string& blocks);
 
 }  // namespace ctitan::parallel::pipeline

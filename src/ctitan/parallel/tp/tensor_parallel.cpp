@@ -98,8 +98,8 @@ void TensorParallel::apply_plan(models::TransformerImpl& model) {
     hooks.add_post_forward(*model.tok_embeddings, [g](const torch::Tensor& h) { return reduce_scatter_sequence(h, *g); });
   }
 
-  // The family's plan (models/common/tp_plan.h) names the modules of a block.
-  const auto plan = models::model_spec(args.family).tp_plan(args);
+  // The family's plan (models/common/parallelize_plan.h) names the modules of a block.
+  const auto plan = models::model_spec(args.family).parallelize_plan(args).tp;
   for (auto* block : model.blocks()) {
     const std::string prefix = fmt::format("layers.{}.", block->layer_id);
     for (const auto& sub : plan.sublayers) {

@@ -1,7 +1,7 @@
 #pragma once
 // Tensor parallelism for the decoder with sequence parallel, applied from outside as torchtitan's
 // parallelize_llama, in Megatron's layout, on the mesh's `tp` group. Which modules of a block
-// split how is the family's plan (ModelSpec::tp_plan, models/common/tp_plan.h); the dense
+// split how is the family's plan (ModelSpec::parallelize_plan's tp, models/common/parallelize_plan.h); the dense
 // decoder's plan (Llama 3, Qwen3) gives:
 //
 //   tok_embeddings  vocab-sharded rows; each rank looks up the ids it owns, the partial

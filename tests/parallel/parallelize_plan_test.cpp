@@ -1,0 +1,146 @@
+// The family's parallelize plan drives FSDP and activation checkpointing: every family's plan
+// names modules its model has and covers every parameter once, and apply_fsdp and
+// apply_activation_checkpointing follow whatever plan they are given (a different grouping
+// gives different groups; a plan that misses a parameter is refused before anything is sharded).
+#include <gtest/gtest.h>
+
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include "ctitan/distributed/communicator.h"
+#include "ctitan/models/common/transformer.h"
+#include "ctitan/models/model_spec.h"
+#include "ctitan/parallel/activation_checkpoint.h"
+#include "ctitan/parallel/fsdp_plan.h"
+#include "support/thread_ranks.h"
+
+namespace ctitan::parallel {
+namespace {
+
+// Each registered flavor small enough to build, with few weights but the flavor's features
+// (QK-norm, tying, head width).
+std::vector<std::pair<std::string, models::ModelArgs>> small_flavors() {
+  std::vector<std::pair<std::string, models::ModelArgs>> out;
+  for (const auto& spec : models::model_specs()) {
+    for (const auto& [flavor, args] : spec.flavors) {
+      if (flavor != "debugmodel" && flavor != "0.6B") continue;
+      auto small = args;
+      small.n_layers = 3;
+      small.vocab_size = 256;
+      out.emplace_back(spec.name + " " + flavor, small);
+    }
+  }
+  return out;
+}
+
+// The prefix of `param` that is one of `modules`, or "".
+std::string unit_module_of(const std::string& param, const std::set<std::string>& modules) {
+  for (size_t dot = param.find('.'); dot != std::string::npos; dot = param.find('.', dot + 1)) {
+    if (modules.count(param.substr(0, dot))) return param.substr(0, dot);
+  }
+  return "";
+}
+
+TEST(ParallelizePlan, EveryFamilysPlanNamesItsModulesAndCoversEveryParameterOnce) {
+  for (const auto& [name, args] : small_flavors()) {
+    models::Transformer model(args);
+    const auto plan = models::model_spec(args.family).parallelize_plan(args);
+    const auto modules = model->named_modules("", /*include_self=*/false);
+    std::set<std::string> unit_modules;
+    for (const auto& unit : plan.fsdp_units) {
+      ASSERT_FALSE(unit.modules.empty()) << name;
+      for (const auto& fqn : unit.modules) {
+        EXPECT_TRUE(modules.contains(fqn)) << name << ": FSDP unit module " << fqn;
+        EXPECT_TRUE(unit_modules.insert(fqn).second) << name << ": " << fqn << " in two units";
+      }
+    }
+    // Units nest in none other, so every parameter has one unit.
+    for (const auto& param : model->named_parameters()) {
+      EXPECT_NE(unit_module_of(param.key(), unit_modules), "") << name << ": " << param.key() << " in no unit";
+    }
+    // Checkpointed regions are the blocks, in forward order.
+    std::vector<std::string> blocks;
+    for (auto* block : model->blocks()) blocks.push_back(plan.pipeline.block(block->layer_id));
+    EXPECT_EQ(plan.checkpoint_units, blocks) << name;
+    // The pipeline layout's names are the model's modules in forward order; a tied head keeps
+    // its slot without a module (PP refuses tied flavors).
+    for (const auto& fqn : plan.pipeline.modules(args.n_layers)) {
+      const bool tied_slot = fqn == "output" && args.tie_word_embeddings;
+      EXPECT_TRUE(modules.contains(fqn) || tied_slot) << name << ": pipeline module " << fqn;
+    }
+    // FSDP units follow forward order: their modules appear in the layout's order.
+    const auto order = plan.pipeline.modules(args.n_layers);
+    size_t at = 0;
+    for (const auto& unit : plan.fsdp_units) {
+      for (const auto& fqn : unit.modules) {
+        while (at < order.size() && order[at] != fqn) ++at;
+        EXPECT_LT(at, order.size()) << name << ": FSDP unit module " << fqn << " out of forward order";
+      }
+    }
+  }
+}
+
+models::ModelArgs tiny_args() {
+  models::ModelArgs args;
+  args.dim = 32;
+  args.n_layers = 4;
+  args.n_heads = 2;
+  args.vocab_size = 16;
+  args.max_seq_len = 8;
+  return args;
+}
+
+std::shared_ptr<distributed::Communicator> one_rank_group() {
+  return distributed::Communicator::create(testing::in_memory_store(), "dp", 0, 1, std::chrono::seconds(60),
+                                           "127.0.0.1");
+}
+
+TEST(ParallelizePlan, FsdpMakesOneGroupPerUnitOfThePlan) {
+  const auto args = tiny_args();
+  auto group = one_rank_group();
+  auto plan = models::dense_decoder_plan(args);
+  {
+    models::Transformer model(args);
+    auto fsdp = apply_fsdp(*model, plan.fsdp_units, {group, nullptr}, {}, config::ReshardAfterForward::kDefault);
+    EXPECT_EQ(fsdp->group_count(), size_t(1 + args.n_layers + 1));  // tok_embeddings, each block, [norm, output]
+  }
+  // Blocks paired: two per unit.
+  std::vector<models::FsdpUnit> paired{plan.fsdp_units.front()};
+  for (int64_t i = 0; i < args.n_layers; i += 2) paired.push_back({{plan.pipeline.block(i), plan.pipeline.block(i + 1)}});
+  paired.push_back(plan.fsdp_units.back());
+  models::Transformer model(args);
+  auto fsdp = apply_fsdp(*model, paired, {group, nullptr}, {}, config::ReshardAfterForward::kDefault);
+  EXPECT_EQ(fsdp->group_count(), size_t(1 + args.n_layers / 2 + 1));
+  // And it trains: forward and backward through the paired groups give every shard a gradient.
+  auto tokens = torch::arange(16, torch::kLong).remainder(args.vocab_size).view({2, 8});  // (B, T)
+  model->forward(tokens).pow(2).mean().backward();
+  for (const auto& [fqn, shard] : fsdp->sharded_parameters()) EXPECT_TRUE(shard.grad().defined()) << fqn;
+}
+
+TEST(ParallelizePlan, FsdpRefusesAPlanThatMissesAParameterBeforeSharding) {
+  const auto args = tiny_args();
+  auto plan = models::dense_decoder_plan(args);
+  plan.fsdp_units.erase(plan.fsdp_units.begin() + 2);  // layers.1
+  models::Transformer model(args);
+  const auto before = model->named_parameters()["layers.1.attention.wq.weight"].clone();
+  try {
+    apply_fsdp(*model, plan.fsdp_units, {one_rank_group(), nullptr}, {}, config::ReshardAfterForward::kDefault);
+    ADD_FAILURE() << "a plan without layers.1 was applied";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("layers.1.attention"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(torch::equal(model->named_parameters()["layers.1.attention.wq.weight"], before));
+}
+
+TEST(ActivationCheckpoint, WrapsTheUnitsThePlanNames) {
+  const auto args = tiny_args();
+  const config::ActivationCheckpoint full{config::ActivationCheckpointMode::kFull, ""};
+  models::Transformer model(args);
+  EXPECT_EQ(apply_activation_checkpointing(*model, {"layers.1", "layers.3", "layers.9"}, full), 2);  // 9: not here
+  models::Transformer all(args);
+  EXPECT_EQ(apply_activation_checkpointing(*all, models::dense_decoder_plan(args).checkpoint_units, full), 4);
+}
+
+}  // namespace
+}  // namespace ctitan::parallel
