@@ -148,3 +148,24 @@ for status, message in ((1, b"boom from worker1"), (2, b"nope"), (3, b"argument 
                         (4, b"rpc: value of type Device cannot be sent")):
     put("rpc_wire", f"response_status_{status}.bin",
         bytes([0]) + b"CTR1" + bytes([status]) + struct.pack("<H", 7) + b"worker1" + rpc_str(message))
+
+# Launcher environments, one value per variable of dist_env_fuzzer.cpp's kVariables, NUL-separated.
+ENV_VARIABLES = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "SLURM_PROCID", "SLURM_NTASKS",
+                 "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NODEID",
+                 "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                 "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
+                 "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE"]
+
+
+def env_seed(**values):
+    return "\x00".join(values.get(name, "") for name in ENV_VARIABLES)
+
+
+put("dist_env", "torchrun.env", env_seed(RANK="3", WORLD_SIZE="8", LOCAL_RANK="3", LOCAL_WORLD_SIZE="4", GROUP_RANK="0",
+                                         MASTER_ADDR="10.0.0.1", MASTER_PORT="29500", TORCHELASTIC_RESTART_COUNT="1",
+                                         TORCHELASTIC_USE_AGENT_STORE="True"))
+put("dist_env", "slurm.env", env_seed(SLURM_PROCID="5", SLURM_NTASKS="16", SLURM_LOCALID="1",
+                                      SLURM_NTASKS_PER_NODE="4", SLURM_NODEID="1", MASTER_PORT="12345"))
+put("dist_env", "openmpi.env", env_seed(OMPI_COMM_WORLD_RANK="1", OMPI_COMM_WORLD_SIZE="2",
+                                        OMPI_COMM_WORLD_LOCAL_RANK="1", OMPI_COMM_WORLD_LOCAL_SIZE="2"))
+put("dist_env", "regress_local_world_size_0.env", env_seed(RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="0"))

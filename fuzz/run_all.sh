@@ -15,7 +15,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(tiktoken hf_tokenizer_json checkpoint_metadata token_file metrics_jsonl
-                                     jsonl_documents config safetensors rpc_wire)
+                                     jsonl_documents config safetensors rpc_wire dist_env)
 # The targets write each input to a file: on tmpfs that costs no disk I/O.
 if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then export TMPDIR=/dev/shm; fi
 ledger=$build/fuzz_runs.tsv

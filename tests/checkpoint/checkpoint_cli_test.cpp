@@ -218,6 +218,26 @@ TEST(CliCheckpoint, DiskFullLeavesThePreviousCheckpointIntact) {
   checkpoint::CheckpointReader(fs::path(dir.file("copy")) / "step-5").verify_all();
 }
 
+// A checkpoint folder that cannot be written is found at start-up, not at the first save hours
+// later: a read-only mount (root writes through permission bits, so a mount it is).
+TEST(CliCheckpoint, AReadOnlyFolderIsRefusedAtStartUp) {
+  testing::TempDir dir;
+  if (std::system(("unshare -m true 2>/dev/null")) != 0) GTEST_SKIP() << "no mount namespaces here";
+  auto args = concat(testing::tiny_job_args(dir.path()),
+                     {"--checkpoint.enable", "true", "--checkpoint.interval", "50", "--training.steps", "60",
+                      "--checkpoint.folder", dir.file("ro")});
+  std::string command = "mkdir -p " + dir.file("ro") + " && mount -t tmpfs -o ro,size=1m tmpfs " + dir.file("ro") +
+                        " && " + CTITAN_BIN + " train";
+  for (const auto& a : args) command += " '" + a + "'";
+  int status = std::system(("unshare -m sh -c \"" + command + "\" > " + dir.file("out.txt") + " 2>&1").c_str());
+  auto output = testing::read_file(dir.file("out.txt"));
+  EXPECT_EQ(WEXITSTATUS(status), 1) << output;
+  EXPECT_NE(output.find("checkpoint.folder '" + dir.file("ro") + "' is not writable: Read-only file system"),
+            std::string::npos)
+      << output;
+  EXPECT_EQ(output.find("step:"), std::string::npos) << "trained before refusing:\n" << output;
+}
+
 // The background writer saves the same tensors as the synchronous one, byte for byte, and the
 // training it overlaps is unchanged. keep_latest_k 2 leaves the newest two.
 TEST(CliCheckpoint, AsyncSaveEqualsSyncSave) {

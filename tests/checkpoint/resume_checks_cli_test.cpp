@@ -1,7 +1,7 @@
 // A resume that would silently change the job is refused (issue #34, "resumes that silently
 // change the job"): a checkpoint of a bigger model (its extra layers would be dropped, and the
-// next save would hold the smaller model), a step count that ends before the checkpoint, and a
-// step directory whose metadata names another step.
+// next save would hold the smaller model), a step count that ends before the checkpoint, a step
+// directory whose metadata names another step, and another tokenizer.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -60,6 +60,42 @@ TEST(CliResumeChecks, AStepDirectoryWhoseMetadataNamesAnotherStepIsSkipped) {
   EXPECT_NE(r.output.find("step-6 says it is step 4, not 6"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("resumed from checkpoint " + (dir.path() / "checkpoint" / "step-4").string()), std::string::npos)
       << r.output;
+}
+
+// Token ids mean what the tokenizer says: a checkpoint saved with one tokenizer is not resumed
+// with another of the same size (the embeddings and the dataloader's position would mean other
+// text). The same vocabulary resumes from another path and converted to tokenizer.json.
+TEST(CliResumeChecks, AnotherTokenizerIsRefusedAndTheSameVocabularyElsewhereResumes) {
+  TempDir dir;
+  auto tokenizer = [&](const std::string& name, unsigned seed) {
+    testing::write_file(dir.file(name + ".txt"), testing::generated_corpus(200, 30, seed));
+    auto r = testing::run_ctitan({"tokenizer", "train", "--input", dir.file(name + ".txt"), "--vocab-size", "300",
+                                  "--output", dir.file(name + ".model")});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return dir.file(name + ".model");
+  };
+  const auto trained_with = tokenizer("a", 1), other = tokenizer("b", 2);
+  auto with = [&](const std::string& path, const std::string& steps) {
+    return job(dir, {"--model.tokenizer_path", path, "--model.vocab_size", "512", "--training.steps", steps,
+                     "--checkpoint.interval", "4"});
+  };
+  ASSERT_EQ(testing::run_ctitan(with(trained_with, "4")).exit_code, 0);
+
+  auto refused = testing::run_ctitan(with(other, "8"));
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;  // a checkpoint error
+  EXPECT_NE(refused.output.find("was saved by a job with another tokenizer"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("this job's model.tokenizer_path '" + other + "'"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("model.tokenizer_path = \"" + trained_with), std::string::npos) << refused.output;
+  EXPECT_FALSE(fs::exists(dir.path() / "checkpoint" / "step-8"));
+
+  const auto converted = dir.path() / "converted";
+  ASSERT_EQ(testing::run_ctitan({"tokenizer", "convert", "--tokenizer", trained_with, "--output-dir", converted.string()})
+                .exit_code,
+            0);
+  auto resumed = testing::run_ctitan(with((converted / "tokenizer.json").string(), "8"));
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from checkpoint"), std::string::npos) << resumed.output;
+  EXPECT_TRUE(fs::exists(dir.path() / "checkpoint" / "step-8"));
 }
 
 }  // namespace

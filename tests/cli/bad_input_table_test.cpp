@@ -498,7 +498,19 @@ std::vector<Case> bad_input_table(const fs::path& checkpoints, const fs::path& h
                  return P{{{"estimate", "--config", debug_toml, "--seq-len", "16777216", "--local-batch-size",
                             "16777216"}}};
                }});
+  t.push_back({"sizes", "training.steps 2^62", 2, {"training.steps", "2^40"},
+               overrides({"--training.steps", "4611686018427387904"})});
+  t.push_back({"sizes", "checkpoint.interval 2^63 - 1", 2, {"checkpoint.interval", "2^40"},
+               overrides({"--checkpoint.interval", "9223372036854775807"})});
+  t.push_back({"sizes", "ps.batch_size -2^63", 2, {"ps.batch_size"},
+               overrides({"--ps.batch_size", "-9223372036854775808"})});
   // ---- outputs: never an input, never a device, never an existing file without --overwrite ----
+  t.push_back({"outputs", "checkpoint.folder inside a regular file, refused before step 1", 1,
+               {"checkpoint.folder", "is not writable"}, [](const fs::path& dir) {
+                 write_file((dir / "a_file").string(), "keep me");
+                 return P{train(dir, {"--checkpoint.enable", "true", "--checkpoint.folder",
+                                      (dir / "a_file" / "checkpoint").string()})};
+               }});
   const auto corpus = [](const fs::path& dir) {
     write_file((dir / "corpus.txt").string(), "the cat sat on the mat\n%\nthe dog ran\n");
     return (dir / "corpus.txt").string();

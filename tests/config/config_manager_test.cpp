@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <limits>
+#include <random>
 
 #include "ctitan/common/error.h"
 #include "ctitan/config/config_fields.h"
@@ -167,6 +169,30 @@ TEST(ConfigManager, KeysHelpListsEveryKeyWithTypeDefaultAndMeaning) {
   EXPECT_NE(help.find("integer = 10000"), std::string::npos) << help;
   EXPECT_NE(help.find("every_microbatch|last_microbatch = every_microbatch"), std::string::npos) << help;
   EXPECT_NE(help.find("bfloat16|float32 = bfloat16"), std::string::npos) << help;
+}
+
+// Issue #34 item 1 as a property: every integer key refuses values far beyond any job (every
+// bound is at most 2^40), positive and negative, in one line naming the key. Drawn at random over
+// bit widths 41..63, plus the extremes; debug.seed alone takes any integer.
+TEST(ConfigManager, EveryIntegerKeyRefusesHugeValuesInOneLineNamingIt) {
+  JobConfig defaults;
+  std::mt19937_64 rng(34);
+  int keys = 0;
+  for (const auto& f : config_fields(defaults)) {
+    if (!std::holds_alternative<int64_t*>(f.target) || f.dotted() == "debug.seed") continue;
+    ++keys;
+    std::vector<int64_t> values{std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()};
+    for (int i = 0; i < 8; ++i) {
+      const int bits = 41 + int(rng() % 23);  // the value's highest set bit is bit bits-1
+      const auto v = int64_t(rng() >> (64 - bits)) | (int64_t(1) << (bits - 1));
+      values.insert(values.end(), {v, -v});
+    }
+    for (auto v : values) expect_config_error("", {"--" + f.dotted(), std::to_string(v)}, f.dotted());
+  }
+  EXPECT_GE(keys, 30);
+  // The bounds themselves are accepted.
+  auto c = parse_job_config("", "job.toml", {"--training.steps", "1099511627776", "--debug.seed", "-9223372036854775808"});
+  EXPECT_EQ(c.training.steps, int64_t(1) << 40);
 }
 
 TEST(ConfigManager, GlobalBatchMustDivide) {

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "ctitan/common/error.h"
 #include "ctitan/distributed/init_distributed.h"
@@ -70,6 +73,41 @@ TEST(DistEnv, SlurmAndOpenMpiVariables) {
     EXPECT_EQ(e.source, "openmpi");
     EXPECT_EQ(e.rank, 1);
     EXPECT_EQ(e.world_size, 2);
+  }
+}
+
+// Slurm's SLURM_TASKS_PER_NODE compresses runs ("2(x3),1": nodes 0-2 run 2 tasks, node 3 runs
+// 1); SLURM_NTASKS_PER_NODE, set only with --ntasks-per-node, wins when present.
+TEST(DistEnv, SlurmTasksPerNodeListsEachNodesCount) {
+  auto local_size = [](const char* list, const char* node) {
+    EnvScope env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "7"}, {"SLURM_TASKS_PER_NODE", list}, {"SLURM_NODEID", node}});
+    return read_dist_env().local_world_size;
+  };
+  EXPECT_EQ(local_size("2(x3),1", "0"), 2);
+  EXPECT_EQ(local_size("2(x3),1", "2"), 2);
+  EXPECT_EQ(local_size("2(x3),1", "3"), 1);
+  EXPECT_EQ(local_size("4", "0"), 4);
+  EXPECT_EQ(local_size("3,2(x2)", "2"), 2);
+  {
+    EnvScope env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "7"}, {"SLURM_TASKS_PER_NODE", "2(x3),1"},
+                  {"SLURM_NTASKS_PER_NODE", "5"}});
+    EXPECT_EQ(read_dist_env().local_world_size, 5);
+  }
+  for (const auto& [list, node, needle] : std::vector<std::tuple<const char*, const char*, std::string>>{
+           {"2(x3),1", "4", "lists 4 nodes; SLURM_NODEID=4 is not one of them"},
+           {"2(x3", "0", "is not a list of counts"},
+           {"2(x0)", "0", "is not a list of counts"},
+           {"0", "0", "is not a list of counts"},
+           {"2,,1", "0", "is not a list of counts"},
+           {"2(x99999999999)", "0", "is not a list of counts"}}) {
+    EnvScope env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "7"}, {"SLURM_TASKS_PER_NODE", list}, {"SLURM_NODEID", node}});
+    try {
+      read_dist_env();
+      ADD_FAILURE() << list << " on node " << node << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("SLURM_TASKS_PER_NODE='" + std::string(list) + "' "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
   }
 }
 

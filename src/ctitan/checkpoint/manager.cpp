@@ -18,6 +18,7 @@
 #include "ctitan/checkpoint/sharded_save.h"
 #include "ctitan/distributed/comm_error.h"
 #include "ctitan/common/error.h"
+#include "ctitan/common/output_target.h"
 #include "ctitan/common/path_text.h"
 #include "ctitan/config/config_manager.h"
 #include "ctitan/distributed/communicator.h"
@@ -51,6 +52,10 @@ CheckpointManager::CheckpointManager(const config::JobConfig& config, std::share
     throw ConfigError(fmt::format("checkpoint.create_seed_checkpoint needs a single process (got {} ranks)",
                                   place_.world_size));
   }
+  // The first save may come hours in: a folder it cannot write is an error now, not then.
+  if (config_.checkpoint.enable || config_.checkpoint.create_seed_checkpoint) {
+    check_writable_folder("checkpoint.folder", folder_);
+  }
   if (config_.checkpoint.enable) {
     clear_sigterm();
     install_sigterm_handler();
@@ -77,6 +82,14 @@ std::string CheckpointManager::try_load(const std::filesystem::path& step_dir, P
                      m.config_hash, config_hash(config_toml_));
       }
       model_diff = saved_model_differences(m.config_toml);
+    }
+    if (!m.tokenizer_fingerprint.empty() && !tokenizer_fingerprint_.empty() &&
+        m.tokenizer_fingerprint != tokenizer_fingerprint_) {
+      return fmt::format("checkpoint error: {} was saved by a job with another tokenizer (vocabulary fingerprint {}; "
+                         "this job's model.tokenizer_path '{}' has {}): its token ids would mean other text; "
+                         "use the tokenizer it was trained with{}",
+                         step_dir.string(), m.tokenizer_fingerprint, config_.model.tokenizer_path,
+                         tokenizer_fingerprint_, model_diff);
     }
     // Loading reads the tensors this job's model has; one the checkpoint has beyond them (more
     // layers, another family's parameters) would be dropped silently, and the next save would
@@ -182,7 +195,8 @@ std::string CheckpointManager::save(int64_t step, PartStates state, const PartLa
     for (const auto& [key, t] : state.at("model")) model[key] = t.detach().to(config_.checkpoint.export_dtype);
     state = {{"model", model}};
   }
-  SaveRequest request{folder_ / step_dir_name(step), step, model_only, config_toml_, place_.dp_rank, place_.dp_degree};
+  SaveRequest request{folder_ / step_dir_name(step), step, model_only, config_toml_, place_.dp_rank, place_.dp_degree,
+                      tokenizer_fingerprint_};
   std::vector<LocalSlice> to_write;
   inject_fault_in_save(step, place_.rank);
   try {

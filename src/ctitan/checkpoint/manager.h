@@ -75,6 +75,9 @@ class CheckpointManager {
   // Every parameter FQN of the job's whole model (all stages). A checkpoint whose model holds
   // others (say more layers) is refused rather than loaded partly; unset: not checked.
   void expect_model_keys(std::set<std::string> keys) { model_keys_ = std::move(keys); }
+  // The job's data::Tokenizer::fingerprint() (empty: the job has no tokenizer). Saves record it;
+  // a checkpoint that recorded another is not loaded: its token ids mean other text.
+  void expect_tokenizer(std::string fingerprint) { tokenizer_fingerprint_ = std::move(fingerprint); }
   // The timeout of the ranks' plan and result exchanges (comm.train_timeout_seconds after step 1).
   void set_timeout(std::chrono::milliseconds timeout) { coordinator_->set_timeout(timeout); }
 
@@ -104,6 +107,7 @@ class CheckpointManager {
   config::JobConfig config_;
   std::string config_toml_;
   std::set<std::string> model_keys_;
+  std::string tokenizer_fingerprint_;
   std::shared_ptr<Coordinator> coordinator_;
   std::shared_ptr<distributed::Communicator> world_;
   RankPlace place_;

@@ -13,6 +13,7 @@
 
 #include "ctitan/common/dtype_names.h"
 #include "ctitan/common/error.h"
+#include "ctitan/common/fnv_hash.h"
 #include "ctitan/common/message_text.h"
 
 namespace ctitan::checkpoint {
@@ -90,9 +91,7 @@ torch::ScalarType entry_dtype(const std::string& name, const std::string& where)
 }
 
 std::string config_hash(const std::string& config_toml) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a 64: stable across builds, unlike std::hash
-  for (unsigned char c : config_toml) h = (h ^ c) * 1099511628211ull;
-  return fmt::format("{:016x}", h);
+  return Fnv1a64().add(config_toml).hex();
 }
 
 std::string box_text(const std::vector<int64_t>& offsets, const std::vector<int64_t>& shape) {
@@ -143,6 +142,7 @@ std::string to_json(const Metadata& m) {
                       {"model_only", m.model_only},    {"world_size", m.world_size}, {"dp_degree", m.dp_degree},
                       {"dp_rank_of", m.dp_rank_of},    {"config_hash", m.config_hash},
                       {"config", m.config_toml},       {"entries", entries}};
+  if (!m.tokenizer_fingerprint.empty()) j["tokenizer_fingerprint"] = m.tokenizer_fingerprint;
   return j.dump(1);
 }
 
@@ -174,6 +174,8 @@ Metadata metadata_from_json(const std::string& text, const std::string& where) {
     }
     m.config_hash = j.at("config_hash").get<std::string>();
     m.config_toml = j.at("config").get<std::string>();
+    // Optional: checkpoints written before it, and those of jobs without a tokenizer, have none.
+    if (j.contains("tokenizer_fingerprint")) m.tokenizer_fingerprint = j.at("tokenizer_fingerprint").get<std::string>();
     // One slice per (part, key, saving rank, box: offsets and shape): a second would be read over
     // the first. A rank outside the world (-1: a part every rank shares) has no place to load from.
     std::set<std::tuple<std::string, std::string, int, std::vector<int64_t>, std::vector<int64_t>>> seen;

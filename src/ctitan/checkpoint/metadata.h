@@ -43,6 +43,9 @@ struct Metadata {
   std::vector<int> dp_rank_of;  // by saving rank
   std::string config_toml;      // the resolved config of the saving job
   std::string config_hash;      // 16 hex digits (FNV-1a 64 of config_toml)
+  // data::Tokenizer::fingerprint() of the saving job's tokenizer; empty when it had none (or the
+  // checkpoint predates the field): a resume with another tokenizer is refused.
+  std::string tokenizer_fingerprint;
   std::vector<SliceEntry> entries;
 };
 

@@ -57,6 +57,7 @@ void execute_save(Coordinator& coordinator, const SaveRequest& request, const st
     m.dp_degree = request.dp_degree;
     m.config_toml = request.config_toml;
     m.config_hash = config_hash(request.config_toml);
+    m.tokenizer_fingerprint = request.tokenizer_fingerprint;
     std::vector<std::string> errors;
     for (const auto& text : results) {
       auto j = nlohmann::json::parse(text);

@@ -19,6 +19,7 @@ struct SaveRequest {
   bool model_only = false;
   std::string config_toml;
   int dp_rank = 0, dp_degree = 1;
+  std::string tokenizer_fingerprint;  // Metadata::tokenizer_fingerprint
 };
 
 // Removes a stale metadata.json at step_dir (rank 0) before anyone writes there, then returns

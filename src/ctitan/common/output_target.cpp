@@ -1,9 +1,15 @@
 #include "ctitan/common/output_target.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/path_text.h"
 
 namespace ctitan {
 
@@ -30,6 +36,23 @@ void check_output_file(const std::string& flag, const std::filesystem::path& tar
   if (!overwrite) {
     throw InputError(fmt::format("{} {} already exists; pass --overwrite to replace it", flag, target.string()));
   }
+}
+
+void check_writable_folder(const std::string& key, const std::filesystem::path& folder) {
+  const auto fail = [&](const std::string& why) {
+    throw IoError(fmt::format("{} '{}'{} is not writable: {}", key, folder.string(), relative_path_note(folder.string()),
+                              why));
+  };
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (ec) fail(ec.message());
+  if (!std::filesystem::is_directory(folder, ec)) fail("not a directory");
+  // Per process: ranks sharing the folder probe at once.
+  const auto probe = folder / fmt::format(".ctitan-write-probe-{}", ::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) fail(std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 }  // namespace ctitan

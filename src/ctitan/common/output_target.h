@@ -19,4 +19,11 @@ bool same_file(const std::filesystem::path& a, const std::filesystem::path& b);
 void check_output_file(const std::string& flag, const std::filesystem::path& target, bool overwrite,
                        const std::vector<std::filesystem::path>& inputs);
 
+// Creates `folder` (and its parents) if needed and creates and removes a file in it, so that a
+// folder a run will write into late (checkpoints at their interval, after hours) is found
+// unwritable at start-up: an IoError naming `key`, the folder and the OS error. A probe file,
+// not access(2), since root passes access(2) on files it could not write (a read-only mount
+// excepted) and ACLs and quotas decide only when a file is made.
+void check_writable_folder(const std::string& key, const std::filesystem::path& folder);
+
 }  // namespace ctitan

@@ -146,7 +146,7 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"training", "housekeeping_freq", &c.training.housekeeping_freq, "run synchronized housekeeping every N steps (torchtitan gc_freq)"},
       {"training", "device", choice(&c.training.device, kDeviceChoices), "auto (cuda:LOCAL_RANK when a GPU is visible, else cpu) | cpu | cuda"},
 
-      {"debug", "seed", &c.debug.seed, "seeds parameter init and every RNG"},
+      {"debug", "seed", &c.debug.seed, "seeds parameter init and every RNG; any integer"},
       {"debug", "deterministic", &c.debug.deterministic, "use deterministic algorithms only"},
       {"debug", "check_leaks", &c.debug.check_leaks, "at housekeeping steps, fail if live tensor bytes grew"},
 

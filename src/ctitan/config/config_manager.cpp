@@ -434,6 +434,8 @@ void check_config(const JobConfig& c) {
   require(ck.load_step >= -1, fmt::format("checkpoint.load_step must be -1 or >= 0 (got {})", ck.load_step));
   require(!ck.keep_best || c.validation.enable, "checkpoint.keep_best needs validation.enable = true");
   require(ck.keep_latest_k >= 0, fmt::format("checkpoint.keep_latest_k must be >= 0 (got {})", ck.keep_latest_k));
+  require(c.ps.batch_size == -1 || c.ps.batch_size >= 1,
+          fmt::format("ps.batch_size must be -1 or >= 1 (got {})", c.ps.batch_size));
   for (auto [key, v] : {std::pair{"dim", c.model.dim}, {"n_layers", c.model.n_layers},
                         {"n_heads", c.model.n_heads}, {"n_kv_heads", c.model.n_kv_heads},
                         {"vocab_size", c.model.vocab_size}, {"head_dim", c.model.head_dim},
@@ -477,6 +479,16 @@ void check_size_ranges(const JobConfig& c) {
           int64_t(1) << 16, "2^16");
   at_most("parallelism.pipeline_parallel_last_stage_less_layers", p.pipeline_parallel_last_stage_less_layers,
           int64_t(1) << 16, "2^16");
+  // Step counts and intervals: 2^40 steps is 35 years at 1000 steps a second, and no step
+  // arithmetic (step + interval, warmup + decay steps) overflows below it.
+  for (auto [key, v] : {std::pair{"training.steps", t.steps}, {"lr_scheduler.warmup_steps", c.lr_scheduler.warmup_steps},
+                        {"training.housekeeping_freq", t.housekeeping_freq}, {"metrics.log_freq", c.metrics.log_freq},
+                        {"profiling.profile_freq", c.profiling.profile_freq}, {"validation.freq", c.validation.freq},
+                        {"checkpoint.interval", c.checkpoint.interval}, {"checkpoint.load_step", c.checkpoint.load_step},
+                        {"checkpoint.keep_latest_k", c.checkpoint.keep_latest_k}}) {
+    at_most(key, v, int64_t(1) << 40, "2^40 steps");
+  }
+  at_most("ps.batch_size", c.ps.batch_size, int64_t(1) << 24, "2^24 pushes");
   at_most("comm.init_timeout_seconds", c.comm.init_timeout_seconds, kWeek, "a week");
   at_most("comm.train_timeout_seconds", c.comm.train_timeout_seconds, kWeek, "a week");
   require(c.ps.round_timeout_seconds <= double(kWeek),

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/fnv_hash.h"
 #include "ctitan/common/input_file.h"
 #include "ctitan/common/path_text.h"
 #include "ctitan/data/base64.h"
@@ -377,6 +378,13 @@ Tokenizer Tokenizer::load(const std::string& path) {
   const fs::path file = tokenizer_file(path);
   if (file.extension() == ".json") return load_hf_tokenizer_json(file);
   return load_tiktoken(file.string());
+}
+
+std::string Tokenizer::fingerprint() const {
+  Fnv1a64 hash;
+  hash.add_integer(vocab_size()).add_integer(spec_.bos_id).add_integer(spec_.eos_id);
+  for (size_t id = 0; id < spec_.tokens.size(); ++id) hash.add_field(spec_.tokens[id]).add_integer(spec_.special[id]);
+  return hash.hex();
 }
 
 }  // namespace ctitan::data

@@ -69,6 +69,11 @@ class Tokenizer {
   // Tokens BPE can produce (all but the specials).
   int64_t n_base() const { return n_base_; }
   const TokenizerSpec& spec() const { return spec_; }
+  // 16 hex digits over the vocabulary (each id's bytes, which ids are special, BOS and EOS): what
+  // token ids mean, which a checkpoint's model and dataloader position depend on. Merge rules and
+  // the split pattern are left out, so one vocabulary as a tiktoken file and as tokenizer.json
+  // (Llama 3's) matches; the file's path is left out, so a moved file matches.
+  std::string fingerprint() const;
 
  private:
   struct PairMerge {

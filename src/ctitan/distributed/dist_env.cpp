@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/message_text.h"
 
 namespace ctitan::distributed {
 namespace {
@@ -15,16 +17,50 @@ std::optional<std::string> env(const char* name) {
   return v && *v ? std::optional<std::string>(v) : std::nullopt;
 }
 
+// The whole of `text` as an int, or nothing (out of range included).
+std::optional<int> parse_int(const std::string& text) {
+  try {
+    size_t used = 0;
+    int parsed = std::stoi(text, &used);
+    if (used == text.size()) return parsed;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
 int env_int(const char* name, int fallback) {
   auto v = env(name);
   if (!v) return fallback;
-  try {
-    size_t used = 0;
-    int parsed = std::stoi(*v, &used);
-    if (used == v->size()) return parsed;
-  } catch (const std::exception&) {
+  if (auto parsed = parse_int(*v)) return *parsed;
+  throw InputError(fmt::format("launcher error: environment variable {}='{}' is not an integer", name, one_line(*v)));
+}
+
+// Slurm lists the tasks of each node of the job with runs compressed: SLURM_TASKS_PER_NODE
+// "2(x3),1" is 2, 2, 2, 1. This node's count is the entry at SLURM_NODEID.
+int slurm_tasks_on_node(const std::string& list, int node) {
+  const auto malformed = [&](const std::string& why) {
+    return InputError(fmt::format("launcher error: environment variable SLURM_TASKS_PER_NODE='{}' {}", one_line(list), why));
+  };
+  int64_t first = 0;  // the index of the item's first node
+  std::optional<int> on_node;
+  size_t at = 0;
+  while (at <= list.size()) {
+    const size_t end = std::min(list.find(',', at), list.size());
+    const std::string item = list.substr(at, end - at);
+    const size_t paren = item.find("(x");
+    const auto count = parse_int(item.substr(0, paren));
+    std::optional<int> repeat = 1;
+    if (paren != std::string::npos) {
+      if (item.back() != ')') throw malformed("is not a list of counts such as 2(x3),1");
+      repeat = parse_int(item.substr(paren + 2, item.size() - paren - 3));
+    }
+    if (!count || !repeat || *count < 1 || *repeat < 1) throw malformed("is not a list of counts such as 2(x3),1");
+    if (!on_node && node < first + *repeat) on_node = count;  // the rest is still checked
+    first += *repeat;
+    at = end + 1;
   }
-  throw InputError(fmt::format("launcher error: environment variable {}='{}' is not an integer", name, *v));
+  if (on_node) return *on_node;
+  throw malformed(fmt::format("lists {} nodes; SLURM_NODEID={} is not one of them", first, node));
 }
 
 }  // namespace
@@ -43,8 +79,12 @@ DistEnv read_dist_env() {
     e.rank = env_int("SLURM_PROCID", 0);
     e.world_size = env_int("SLURM_NTASKS", 1);
     e.local_rank = env_int("SLURM_LOCALID", 0);
-    e.local_world_size = env_int("SLURM_NTASKS_PER_NODE", env_int("SLURM_TASKS_PER_NODE", 1));
     e.group_rank = env_int("SLURM_NODEID", 0);
+    if (env("SLURM_NTASKS_PER_NODE")) {
+      e.local_world_size = env_int("SLURM_NTASKS_PER_NODE", 1);
+    } else if (auto list = env("SLURM_TASKS_PER_NODE")) {
+      e.local_world_size = e.group_rank >= 0 ? slurm_tasks_on_node(*list, e.group_rank) : 0;
+    }
   } else if (env("OMPI_COMM_WORLD_RANK")) {
     e.source = "openmpi";
     e.rank = env_int("OMPI_COMM_WORLD_RANK", 0);

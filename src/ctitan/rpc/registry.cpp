@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "ctitan/common/fnv_hash.h"
 #include "ctitan/rpc/wire.h"
 
 namespace ctitan::rpc {
@@ -56,13 +57,11 @@ std::vector<std::string> registered_names() {
 }
 
 std::string registry_fingerprint() {
-  // FNV-1a over the sorted names, each ended by a NUL: stable across processes and builds.
-  uint64_t hash = 14695981039346656037ull;
+  // Over the sorted names, each ended by a NUL: stable across processes and builds.
+  Fnv1a64 hash;
   auto names = registered_names();
-  for (const auto& name : names) {
-    for (char c : name + '\0') hash = (hash ^ uint8_t(c)) * 1099511628211ull;
-  }
-  return fmt::format("{} functions, {:016x}", names.size(), hash);
+  for (const auto& name : names) hash.add(name).add(std::string_view("\0", 1));
+  return fmt::format("{} functions, {}", names.size(), hash.hex());
 }
 
 void freeze_registry() {

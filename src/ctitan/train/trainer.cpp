@@ -84,6 +84,7 @@ Trainer::Trainer(config::JobConfig config)
   std::set<std::string> model_keys;  // the whole model's, whatever this rank's stage holds
   for (const auto& [fqn, shape] : models::parameter_shapes(args)) model_keys.insert(fqn);
   checkpointer_->expect_model_keys(std::move(model_keys));
+  if (job_.tokenizer) checkpointer_->expect_tokenizer(job_.tokenizer->fingerprint());
   checkpointer_->load();
   if (step_ > t.steps) {
     // Resuming would log "steps 7 .. 3", train nothing and exit 0 as if the job were done.
