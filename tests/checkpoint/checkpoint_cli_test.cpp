@@ -174,6 +174,33 @@ TEST(CliCheckpoint, SigtermSavesAnEmergencyCheckpointAndResumes) {
   expect_bitwise(metrics(stopped.path()), metrics(reference.path()), 8, 20);
 }
 
+// SIGTERM while the job sets up (here on rank 1, once the checkpoint is loaded): both ranks agree
+// before step 1 and stop, exit 0, with nothing trained and nothing saved (the state is the
+// checkpoint's). The next run resumes from that checkpoint and matches the uninterrupted run.
+TEST(CliCheckpoint, SigtermDuringSetUpStopsBeforeStepOne) {
+  testing::TempDir reference, stopped;
+  ASSERT_EQ(train_ddp(reference.path(), {}).exit_code, 0);
+  {
+    // A checkpoint at step 10 of the same 20-step job (its LR schedule): the emergency save.
+    ScopedEnv env({{"CTITAN_FAULT_SIGTERM_AT_STEP", "10"}, {"CTITAN_FAULT_RANK", "1"}});
+    ASSERT_EQ(train_ddp(stopped.path(), {}).exit_code, 0);
+  }
+  testing::RunResult s;
+  {
+    ScopedEnv env({{"CTITAN_FAULT_SIGTERM_IN_SETUP", "1"}, {"CTITAN_FAULT_RANK", "1"}});
+    s = train_ddp(stopped.path(), {});
+  }
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  EXPECT_NE(s.output.find("rank 1 raises SIGTERM during set-up"), std::string::npos) << s.output;
+  EXPECT_NE(s.output.find("SIGTERM during set-up: stopping before step 11, with nothing new to save"), std::string::npos)
+      << s.output;
+  EXPECT_EQ(s.output.find("step:"), std::string::npos) << s.output;
+  EXPECT_EQ(metrics(stopped.path()).rbegin()->first, 10);
+  auto resumed = train_ddp(stopped.path(), {});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  expect_bitwise(metrics(stopped.path()), metrics(reference.path()), 11, 20);
+}
+
 TEST(CliCheckpoint, CorruptCheckpointFallsBackToThePreviousOne) {
   testing::TempDir dir;
   Args every5 = {"--checkpoint.interval", "5", "--training.steps", "15"};

@@ -87,6 +87,11 @@ TEST(CliResumeChecks, AnotherTokenizerIsRefusedAndTheSameVocabularyElsewhereResu
   EXPECT_NE(refused.output.find("this job's model.tokenizer_path '" + other + "'"), std::string::npos) << refused.output;
   EXPECT_NE(refused.output.find("model.tokenizer_path = \"" + trained_with), std::string::npos) << refused.output;
   EXPECT_FALSE(fs::exists(dir.path() / "checkpoint" / "step-8"));
+  // Generating from the checkpoint with the other tokenizer would print other text.
+  auto generated = testing::run_ctitan({"generate", "--checkpoint", (dir.path() / "checkpoint" / "step-4").string(),
+                                        "--tokenizer", other, "--prompt", "the", "--max-new-tokens", "2"});
+  EXPECT_EQ(generated.exit_code, 1) << generated.output;
+  EXPECT_NE(generated.output.find("was trained with another tokenizer"), std::string::npos) << generated.output;
 
   const auto converted = dir.path() / "converted";
   ASSERT_EQ(testing::run_ctitan({"tokenizer", "convert", "--tokenizer", trained_with, "--output-dir", converted.string()})

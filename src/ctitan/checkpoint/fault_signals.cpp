@@ -48,6 +48,14 @@ void inject_fault_in_save(int64_t step, int rank) {
   }
 }
 
+void inject_fault_in_setup(int rank) {
+  if (env_int("TORCHELASTIC_RESTART_COUNT", 0) != 0 || env_int("CTITAN_FAULT_RANK", 0) != rank) return;
+  if (env_int("CTITAN_FAULT_SIGTERM_IN_SETUP", 0) == 1) {
+    spdlog::warn("fault injection: rank {} raises SIGTERM during set-up", rank);
+    std::raise(SIGTERM);
+  }
+}
+
 void inject_faults_after_step(int64_t step, int rank) {
   if (env_int("TORCHELASTIC_RESTART_COUNT", 0) != 0 || env_int("CTITAN_FAULT_RANK", 0) != rank) return;
   if (env_int("CTITAN_FAULT_KILL_AT_STEP", -1) == step) {

@@ -21,5 +21,8 @@ void inject_faults_after_step(int64_t step, int rank);
 // their plans:
 //   CTITAN_FAULT_STALL_IN_SAVE_AT_STEP=N  raise(SIGSTOP): a rank that stops answering mid-save
 void inject_fault_in_save(int64_t step, int rank);
+// The same rules, once set-up is done (the checkpoint loaded), before step 1:
+//   CTITAN_FAULT_SIGTERM_IN_SETUP=1  raise(SIGTERM): a preemption that arrives while the job loads
+void inject_fault_in_setup(int rank);
 
 }  // namespace ctitan::checkpoint

@@ -337,6 +337,12 @@ void CheckpointManager::record_validation_loss(int64_t step, double loss) {
   if (loss < best_so_far) pending_best_ = BestCheckpoint{step, loss};
 }
 
+bool CheckpointManager::stop_before_training() {
+  if (!config_.checkpoint.enable) return false;  // no handler: SIGTERM ends the process at once
+  inject_fault_in_setup(place_.rank);
+  return any_rank_stopping();
+}
+
 bool CheckpointManager::after_step(int64_t step, bool last) {
   if (!config_.checkpoint.enable) return false;
   inject_faults_after_step(step, place_.rank);

@@ -49,6 +49,11 @@ class CheckpointManager {
   // that throws can still be saved as the state of the step boundary before it.
   void step_starting(int64_t done_steps);
 
+  // Once set-up is done, before the first step: injects the set-up test fault and agrees on
+  // SIGTERM. True when a rank got it during set-up (loading, building): training must not start,
+  // and there is nothing new to save (the state is the loaded checkpoint's, or the initial one).
+  bool stop_before_training();
+
   // After `step` completed: injects test faults, agrees on SIGTERM, saves when due. Returns true
   // when training must stop now (a rank got SIGTERM; the emergency checkpoint is written).
   bool after_step(int64_t step, bool last);

@@ -84,6 +84,11 @@ void add_generate_command(CLI::App& app) {
     std::string tokenizer_path = a->tokenizer.empty() ? source.tokenizer_path : a->tokenizer;
     std::optional<data::Tokenizer> tokenizer;
     if (!tokenizer_path.empty()) tokenizer = data::Tokenizer::load(tokenizer_path);
+    if (tokenizer && !source.tokenizer_fingerprint.empty() && tokenizer->fingerprint() != source.tokenizer_fingerprint) {
+      throw InputError(fmt::format("generate: {} was trained with another tokenizer (vocabulary fingerprint {}) than "
+                                   "{} ({}): its token ids would read as other text",
+                                   a->checkpoint, source.tokenizer_fingerprint, tokenizer_path, tokenizer->fingerprint()));
+    }
     if (!tokenizer && !a->prompt.empty()) {
       throw InputError(fmt::format("generate: --prompt needs a tokenizer, and {} has none (use --tokenizer or --prompt-ids)",
                                    a->checkpoint));

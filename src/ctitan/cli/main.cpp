@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <c10/util/Logging.h>
+
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <string>
 
 #include "ctitan/cli/commands.h"
@@ -59,6 +62,11 @@ int main(int argc, char** argv) {
   ctitan::cli::add_estimate_command(app);
   ctitan::cli::add_ps_command(app);
   spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
+  // c10 and c10d log on stderr by themselves (a store connection retried, a peer that closed,
+  // at times with a C++ backtrace) before the exception ctitan turns into its one line naming the
+  // rank or key. Their log is off unless TORCH_CPP_LOG_LEVEL, PyTorch's own switch (read by c10
+  // when it loads), asks for it.
+  if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) FLAGS_caffe2_log_level = 3;  // c10::GLOG_FATAL
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -32,11 +32,12 @@ ModelSource open_model_source(const std::string& path, const std::string& config
     return source;
   }
   if (fs::exists(fs::path(path) / checkpoint::kMetadataFile)) {
+    const auto metadata = checkpoint::read_metadata(path);
     auto job = config_path.empty()
-                   ? config::parse_job_config(checkpoint::read_metadata(path).config_toml,
-                                              (fs::path(path) / checkpoint::kMetadataFile).string())
+                   ? config::parse_job_config(metadata.config_toml, (fs::path(path) / checkpoint::kMetadataFile).string())
                    : config::load_job_config(config_path, {});
     ModelSource source;
+    source.tokenizer_fingerprint = metadata.tokenizer_fingerprint;
     source.model = checkpoint::load_full_model_state(path);
     source.args = checkpoint::hf::infer_model_args(source.model, train::model_args_from_config(job, nullptr));
     source.tokenizer_path = job.model.tokenizer_path;

@@ -14,6 +14,9 @@ struct ModelSource {
   StateDict model;              // full tensors by torchtitan FQN
   models::ModelArgs args;
   std::string tokenizer_path;   // "" when the source names none
+  // A checkpoint step directory's Metadata::tokenizer_fingerprint: the vocabulary it was trained
+  // with ("" when it recorded none).
+  std::string tokenizer_fingerprint;
 };
 
 // `path`: a model directory. `config_path`: an optional TOML job config, for the hyperparameters

@@ -300,6 +300,13 @@ void Trainer::train() {
 
 void Trainer::train_steps() {
   const auto& t = config_.training;
+  if (checkpointer_->stop_before_training()) {
+    if (dist_->env.rank == 0) {
+      spdlog::warn("SIGTERM during set-up: stopping before step {}, with nothing new to save", step_ + 1);
+    }
+    checkpointer_->finish();
+    return;
+  }
   spdlog::info("training steps {} .. {}", step_ + 1, t.steps);
   metrics_->start_window();
   while (step_ < t.steps) {
