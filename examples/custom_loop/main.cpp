@@ -15,6 +15,7 @@
 #include "ctitan/data/tokenizer.h"
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/distributed/init_distributed.h"
+#include "ctitan/models/model_spec.h"
 #include "ctitan/parallel/fsdp_plan.h"
 #include "ctitan/components/adamw.h"
 #include "ctitan/components/loss.h"
@@ -66,7 +67,9 @@ int main(int argc, char** argv) try {
   args.vocab_size = tokenizer->vocab_size();
   args.max_seq_len = 64;
   auto model = train::build_model(args, torch::kCPU);  // every rank builds the same weights (seed 0)
-  auto fsdp = parallel::apply_fsdp(*model, {shard_group, nullptr}, {torch::kFloat, torch::kFloat},
+  // Which modules form an FSDP unit is the family's plan, from the model registry.
+  const auto plan = models::model_spec(args.family).parallelize_plan(args);
+  auto fsdp = parallel::apply_fsdp(*model, plan.fsdp_units, {shard_group, nullptr}, {torch::kFloat, torch::kFloat},
                                    config::ReshardAfterForward::kDefault);
   components::AdamW optimizer(fsdp->parameters_to_optimize(), {.lr = 3e-3});
 

@@ -59,6 +59,10 @@ TEST(CheckpointFormat, RoundTripsEveryDtypeBitwise) {
   }
   EXPECT_EQ(reader.metadata().step, 5);
   EXPECT_EQ(reader.metadata().config_hash, config_hash("cfg"));
+  // Pinned: the value every earlier checkpoint stores for this text (FNV-1a 64 from the offset
+  // 1469598103934665603, computed independently in Python); a change would make every resume
+  // report "saved with another config".
+  EXPECT_EQ(config_hash("cfg"), "cf56bb510346f0af");
 }
 
 TEST(CheckpointFormat, BitFlipTruncationAndMissingFilesAreDetectedNamingTheFile) {

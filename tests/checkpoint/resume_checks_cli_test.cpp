@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "support/test_support.h"
 #include "support/tiny_job.h"
@@ -77,13 +78,19 @@ TEST(CliResumeChecks, AnotherTokenizerIsRefusedAndTheSameVocabularyElsewhereResu
   const auto trained_with = tokenizer("a", 1), other = tokenizer("b", 2);
   auto with = [&](const std::string& path, const std::string& steps) {
     return job(dir, {"--model.tokenizer_path", path, "--model.vocab_size", "512", "--training.steps", steps,
-                     "--checkpoint.interval", "4"});
+                     "--checkpoint.interval", "2"});
   };
   ASSERT_EQ(testing::run_ctitan(with(trained_with, "4")).exit_code, 0);
+  // Step 2 as a checkpoint written before the fingerprint: it must not be loaded in step 4's place.
+  const auto step2 = dir.path() / "checkpoint" / "step-2" / "metadata.json";
+  auto metadata = nlohmann::json::parse(testing::read_file(step2.string()));
+  ASSERT_EQ(metadata.erase("tokenizer_fingerprint"), 1u);
+  testing::write_file(step2.string(), metadata.dump());
 
   auto refused = testing::run_ctitan(with(other, "8"));
   EXPECT_EQ(refused.exit_code, 1) << refused.output;  // a checkpoint error
-  EXPECT_NE(refused.output.find("was saved by a job with another tokenizer"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("step-4 was saved by a job with another tokenizer"), std::string::npos) << refused.output;
+  EXPECT_EQ(refused.output.find("resumed from checkpoint"), std::string::npos) << refused.output;
   EXPECT_NE(refused.output.find("this job's model.tokenizer_path '" + other + "'"), std::string::npos) << refused.output;
   EXPECT_NE(refused.output.find("model.tokenizer_path = \"" + trained_with), std::string::npos) << refused.output;
   EXPECT_FALSE(fs::exists(dir.path() / "checkpoint" / "step-8"));

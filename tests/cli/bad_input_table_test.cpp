@@ -526,6 +526,11 @@ std::vector<Case> bad_input_table(const fs::path& checkpoints, const fs::path& h
                  return P{{{"data", "prepare", "--input", corpus(dir), "--tokenizer", (dir / "tok.model").string(),
                             "--output", (dir / "tok.model").string(), "--overwrite"}}};
                }});
+  t.push_back({"sizes", "data prepare --workers 100000", 1, {"--workers", "1 to 1024"},
+               [corpus, tok](const fs::path& dir) {
+                 return P{{{"data", "prepare", "--input", corpus(dir), "--tokenizer", tok, "--output",
+                            (dir / "out.bin").string(), "--workers", "100000"}}};
+               }});
   t.push_back({"outputs", "data prepare onto /dev/full", 1, {"/dev/full", "not a regular file"},
                [corpus, tok](const fs::path& dir) {
                  return P{{{"data", "prepare", "--input", corpus(dir), "--tokenizer", tok, "--output", "/dev/full",

@@ -4,6 +4,7 @@
 // gives different groups; a plan that misses a parameter is refused before anything is sharded).
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -34,12 +35,13 @@ std::vector<std::pair<std::string, models::ModelArgs>> small_flavors() {
   return out;
 }
 
-// The prefix of `param` that is one of `modules`, or "".
-std::string unit_module_of(const std::string& param, const std::set<std::string>& modules) {
+// The prefixes of `param` (at a dot) that are among `modules`: its units' modules.
+std::vector<std::string> unit_modules_of(const std::string& param, const std::set<std::string>& modules) {
+  std::vector<std::string> out;
   for (size_t dot = param.find('.'); dot != std::string::npos; dot = param.find('.', dot + 1)) {
-    if (modules.count(param.substr(0, dot))) return param.substr(0, dot);
+    if (modules.count(param.substr(0, dot))) out.push_back(param.substr(0, dot));
   }
-  return "";
+  return out;
 }
 
 TEST(ParallelizePlan, EveryFamilysPlanNamesItsModulesAndCoversEveryParameterOnce) {
@@ -55,9 +57,9 @@ TEST(ParallelizePlan, EveryFamilysPlanNamesItsModulesAndCoversEveryParameterOnce
         EXPECT_TRUE(unit_modules.insert(fqn).second) << name << ": " << fqn << " in two units";
       }
     }
-    // Units nest in none other, so every parameter has one unit.
+    // Every parameter in exactly one unit: none left out, none in a unit nested in another.
     for (const auto& param : model->named_parameters()) {
-      EXPECT_NE(unit_module_of(param.key(), unit_modules), "") << name << ": " << param.key() << " in no unit";
+      EXPECT_EQ(unit_modules_of(param.key(), unit_modules).size(), 1u) << name << ": " << param.key();
     }
     // Checkpointed regions are the blocks, in forward order.
     std::vector<std::string> blocks;
@@ -118,19 +120,40 @@ TEST(ParallelizePlan, FsdpMakesOneGroupPerUnitOfThePlan) {
   for (const auto& [fqn, shard] : fsdp->sharded_parameters()) EXPECT_TRUE(shard.grad().defined()) << fqn;
 }
 
-TEST(ParallelizePlan, FsdpRefusesAPlanThatMissesAParameterBeforeSharding) {
-  const auto args = tiny_args();
-  auto plan = models::dense_decoder_plan(args);
-  plan.fsdp_units.erase(plan.fsdp_units.begin() + 2);  // layers.1
-  models::Transformer model(args);
-  const auto before = model->named_parameters()["layers.1.attention.wq.weight"].clone();
-  try {
-    apply_fsdp(*model, plan.fsdp_units, {one_rank_group(), nullptr}, {}, config::ReshardAfterForward::kDefault);
-    ADD_FAILURE() << "a plan without layers.1 was applied";
-  } catch (const std::logic_error& e) {
-    EXPECT_NE(std::string(e.what()).find("layers.1.attention"), std::string::npos) << e.what();
+// Each parameter's storage: FSDP shards in place (its unsharded storage is freed after the copy),
+// so an unchanged storage pointer and size mean nothing was sharded.
+std::map<std::string, std::pair<const void*, size_t>> storages(const models::Transformer& model) {
+  std::map<std::string, std::pair<const void*, size_t>> out;
+  for (const auto& p : model->named_parameters()) {
+    out[p.key()] = {p.value().storage().data(), p.value().storage().nbytes()};
   }
-  EXPECT_TRUE(torch::equal(model->named_parameters()["layers.1.attention.wq.weight"], before));
+  return out;
+}
+
+TEST(ParallelizePlan, FsdpRefusesAPlanThatMissesOrDoublesAParameterBeforeSharding) {
+  const auto args = tiny_args();
+  auto missing = models::dense_decoder_plan(args);
+  missing.fsdp_units.erase(missing.fsdp_units.begin() + 2);  // layers.1
+  auto nested = models::dense_decoder_plan(args);
+  nested.fsdp_units.insert(nested.fsdp_units.begin() + 2, {{"layers.0.attention"}});  // inside layers.0's unit
+  for (const auto& [plan, needle] : {std::pair{missing, "layers.1.attention.wq.weight is in 0 units"},
+                                     std::pair{nested, "layers.0.attention.wq.weight is in 2 units"}}) {
+    models::Transformer model(args);
+    const auto before = storages(model);
+    try {
+      apply_fsdp(*model, plan.fsdp_units, {one_rank_group(), nullptr}, {}, config::ReshardAfterForward::kDefault);
+      ADD_FAILURE() << "applied a plan where " << needle;
+    } catch (const std::logic_error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(storages(model), before) << needle;
+  }
+  // The control: applying the whole plan does change the storages.
+  models::Transformer model(args);
+  const auto before = storages(model);
+  auto fsdp = apply_fsdp(*model, models::dense_decoder_plan(args).fsdp_units, {one_rank_group(), nullptr}, {},
+                         config::ReshardAfterForward::kDefault);
+  EXPECT_NE(storages(model), before);
 }
 
 TEST(ActivationCheckpoint, WrapsTheUnitsThePlanNames) {

@@ -83,14 +83,6 @@ std::string CheckpointManager::try_load(const std::filesystem::path& step_dir, P
       }
       model_diff = saved_model_differences(m.config_toml);
     }
-    if (!m.tokenizer_fingerprint.empty() && !tokenizer_fingerprint_.empty() &&
-        m.tokenizer_fingerprint != tokenizer_fingerprint_) {
-      return fmt::format("checkpoint error: {} was saved by a job with another tokenizer (vocabulary fingerprint {}; "
-                         "this job's model.tokenizer_path '{}' has {}): its token ids would mean other text; "
-                         "use the tokenizer it was trained with{}",
-                         step_dir.string(), m.tokenizer_fingerprint, config_.model.tokenizer_path,
-                         tokenizer_fingerprint_, model_diff);
-    }
     // Loading reads the tensors this job's model has; one the checkpoint has beyond them (more
     // layers, another family's parameters) would be dropped silently, and the next save would
     // hold the smaller model.
@@ -109,6 +101,22 @@ std::string CheckpointManager::try_load(const std::filesystem::path& step_dir, P
   } catch (const std::exception& e) {
     return e.what() + model_diff;
   }
+}
+
+void CheckpointManager::refuse_another_tokenizer(const std::filesystem::path& step_dir) const {
+  if (tokenizer_fingerprint_.empty()) return;
+  Metadata m;
+  try {
+    m = read_metadata(step_dir);
+  } catch (const std::exception&) {
+    return;  // unreadable: loading it says why
+  }
+  if (m.tokenizer_fingerprint.empty() || m.tokenizer_fingerprint == tokenizer_fingerprint_) return;
+  throw InputError(fmt::format("checkpoint error: {} was saved by a job with another tokenizer (vocabulary fingerprint "
+                               "{}; this job's model.tokenizer_path '{}' has {}): its token ids would mean other text; "
+                               "use the tokenizer it was trained with{}",
+                               step_dir.string(), m.tokenizer_fingerprint, config_.model.tokenizer_path,
+                               tokenizer_fingerprint_, saved_model_differences(m.config_toml)));
 }
 
 std::string CheckpointManager::saved_model_differences(const std::string& saved_toml) const {
@@ -153,6 +161,8 @@ bool CheckpointManager::load_first_usable(PartStates& state, const PartLayouts& 
         if (place_.rank == 0) spdlog::info("skipping {}: a model-only export cannot resume training", dir.string());
         continue;
       }
+      // A job error, not a damaged checkpoint: refused, never passed over for an older one.
+      refuse_another_tokenizer(dir);
       auto error = join_rank_errors(coordinator_->all_gather(try_load(dir, state, layouts, false, step)));
       if (error.empty()) {
         spdlog::info("resumed from checkpoint {}", dir.string());
@@ -168,6 +178,7 @@ bool CheckpointManager::load_first_usable(PartStates& state, const PartLayouts& 
     }
   }
   if (c.initial_load_path.empty()) return false;
+  refuse_another_tokenizer(c.initial_load_path);
   auto error = join_rank_errors(
       coordinator_->all_gather(try_load(c.initial_load_path, state, layouts, c.initial_load_model_only)));
   if (!error.empty()) {

@@ -102,6 +102,8 @@ class CheckpointManager {
   // "; the checkpoint's job had model.n_layers = 8 (this job: 6), ..." for the [model] keys
   // whose values differ, or "".
   std::string saved_model_differences(const std::string& saved_toml) const;
+  // An InputError when step_dir's metadata records a tokenizer other than this job's.
+  void refuse_another_tokenizer(const std::filesystem::path& step_dir) const;
   bool any_rank_stopping();
   bool save_due(int64_t step, bool last) const;
   BestCheckpoint committed_best() const;

@@ -91,7 +91,9 @@ torch::ScalarType entry_dtype(const std::string& name, const std::string& where)
 }
 
 std::string config_hash(const std::string& config_toml) {
-  return Fnv1a64().add(config_toml).hex();
+  // This offset, not FNV's 14695981039346656037 (a digit short), is what every checkpoint's
+  // config_hash was computed from: kept, so that a resume with an unchanged config still matches.
+  return Fnv1a64(1469598103934665603ull).add(config_toml).hex();
 }
 
 std::string box_text(const std::vector<int64_t>& offsets, const std::vector<int64_t>& shape) {

@@ -1,4 +1,5 @@
 // `ctitan data prepare`: tokenize a text/JSONL dataset (plain, .gz or .zst) once into a token file.
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <thread>
@@ -33,7 +34,11 @@ void add_data_command(CLI::App& app) {
   prepare->add_option("--workers", args->workers, "Tokenizer threads (default: one per CPU); 1 = no extra threads")
       ->capture_default_str();
   prepare->callback([args] {
-    if (args->workers < 1) throw InputError("data prepare: --workers must be at least 1");
+    // More threads than any machine has cores only cost memory; thousands fail to start.
+    constexpr int kMaxWorkers = 1024;
+    if (args->workers < 1 || args->workers > kMaxWorkers) {
+      throw InputError(fmt::format("data prepare: --workers must be from 1 to {} (got {})", kMaxWorkers, args->workers));
+    }
     const auto tokenizer = data::Tokenizer::load(args->tokenizer);
     auto files = data::list_dataset_files(args->input, args->format, "--input");
     if (files.front().second == data::FileFormat::kTokens) {

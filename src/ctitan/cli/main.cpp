@@ -64,9 +64,13 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
   // c10 and c10d log on stderr by themselves (a store connection retried, a peer that closed,
   // at times with a C++ backtrace) before the exception ctitan turns into its one line naming the
-  // rank or key. Their log is off unless TORCH_CPP_LOG_LEVEL, PyTorch's own switch (read by c10
-  // when it loads), asks for it.
-  if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) FLAGS_caffe2_log_level = 3;  // c10::GLOG_FATAL
+  // rank or key. Their log is off unless TORCH_CPP_LOG_LEVEL, PyTorch's own switch, asks for it
+  // (INFO, WARNING, ERROR; c10 reads it only when told to, as torch's Python module does).
+  if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) {
+    FLAGS_caffe2_log_level = 3;  // c10::GLOG_FATAL
+  } else {
+    c10::initLogging();
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -11,6 +11,9 @@ namespace ctitan {
 
 class Fnv1a64 {
  public:
+  static constexpr uint64_t kOffsetBasis = 14695981039346656037ull;
+  // `offset`: the starting value; FNV's own unless a stored format began with another.
+  explicit Fnv1a64(uint64_t offset = kOffsetBasis) : hash_(offset) {}
   Fnv1a64& add(std::string_view bytes) {
     for (unsigned char c : bytes) mix(c);
     return *this;
@@ -27,7 +30,7 @@ class Fnv1a64 {
 
  private:
   void mix(uint8_t c) { hash_ = (hash_ ^ c) * 1099511628211ull; }
-  uint64_t hash_ = 14695981039346656037ull;
+  uint64_t hash_;
 };
 
 }  // namespace ctitan

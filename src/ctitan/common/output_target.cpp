@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <random>
 
 #include "ctitan/common/error.h"
 #include "ctitan/common/path_text.h"
@@ -47,8 +48,10 @@ void check_writable_folder(const std::string& key, const std::filesystem::path& 
   std::filesystem::create_directories(folder, ec);
   if (ec) fail(ec.message());
   if (!std::filesystem::is_directory(folder, ec)) fail("not a directory");
-  // Per process: ranks sharing the folder probe at once.
-  const auto probe = folder / fmt::format(".ctitan-write-probe-{}", ::getpid());
+  // Per process: ranks sharing the folder probe at once, from hosts whose pids may coincide.
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const auto probe = folder / fmt::format(".ctitan-write-probe-{}-{}-{:x}", host, ::getpid(), std::random_device()());
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) fail(std::strerror(errno));
   ::close(fd);

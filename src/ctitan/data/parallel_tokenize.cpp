@@ -6,8 +6,11 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <system_error>
 #include <thread>
 
+#include "ctitan/common/error.h"
 #include "ctitan/data/token_stream.h"
 
 namespace ctitan::data {
@@ -69,8 +72,12 @@ class TokenizerPool {
   TokenizerPool(const Tokenizer& tokenizer, int workers) : tokenizer_(tokenizer) {
     try {
       for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { work(); });
-    } catch (...) {
+    } catch (const std::system_error& e) {
       stop();  // the threads already started must not outlive a failed construction
+      throw IoError("data prepare: could not start " + std::to_string(workers) + " tokenizer threads (--workers): " +
+                    e.what());
+    } catch (...) {
+      stop();
       throw;
     }
   }

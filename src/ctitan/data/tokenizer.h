@@ -70,9 +70,11 @@ class Tokenizer {
   int64_t n_base() const { return n_base_; }
   const TokenizerSpec& spec() const { return spec_; }
   // 16 hex digits over the vocabulary (each id's bytes, which ids are special, BOS and EOS): what
-  // token ids mean, which a checkpoint's model and dataloader position depend on. Merge rules and
-  // the split pattern are left out, so one vocabulary as a tiktoken file and as tokenizer.json
-  // (Llama 3's) matches; the file's path is left out, so a moved file matches.
+  // token ids mean, which a checkpoint's model and dataloader position depend on. Merge rules,
+  // the split pattern and the path are left out: a moved file matches, and so do the rank file and
+  // the tokenizer.json that `ctitan tokenizer convert` writes of it. Files that list other
+  // specials differ (Meta's Llama 3 tokenizer.model, loaded with BOS and EOS only, and HF's
+  // tokenizer.json with its 256 reserved specials have different vocabularies).
   std::string fingerprint() const;
 
  private:

@@ -83,7 +83,10 @@ DistEnv read_dist_env() {
     if (env("SLURM_NTASKS_PER_NODE")) {
       e.local_world_size = env_int("SLURM_NTASKS_PER_NODE", 1);
     } else if (auto list = env("SLURM_TASKS_PER_NODE")) {
-      e.local_world_size = e.group_rank >= 0 ? slurm_tasks_on_node(*list, e.group_rank) : 0;
+      if (e.group_rank < 0) {
+        throw InputError(fmt::format("launcher error: environment variable SLURM_NODEID={} is negative", e.group_rank));
+      }
+      e.local_world_size = slurm_tasks_on_node(*list, e.group_rank);
     }
   } else if (env("OMPI_COMM_WORLD_RANK")) {
     e.source = "openmpi";
@@ -109,7 +112,8 @@ DistEnv read_dist_env() {
                                 (e.source == "slurm" && (env("SLURM_NTASKS_PER_NODE") || env("SLURM_TASKS_PER_NODE"))) ||
                                 (e.source == "openmpi" && env("OMPI_COMM_WORLD_LOCAL_SIZE"));
   if (e.local_world_size < 1 || e.local_rank < 0 || (local_size_known && e.local_rank >= e.local_world_size)) {
-    const char* size_var = e.source == "slurm"     ? "SLURM_NTASKS_PER_NODE"
+    const char* size_var = e.source == "slurm"     ? (env("SLURM_NTASKS_PER_NODE") ? "SLURM_NTASKS_PER_NODE"
+                                                                                : "SLURM_TASKS_PER_NODE")
                            : e.source == "openmpi" ? "OMPI_COMM_WORLD_LOCAL_SIZE"
                                                    : "LOCAL_WORLD_SIZE";
     throw InputError(fmt::format("launcher error: local rank {} with {}={} (from {} variables): a node runs at "

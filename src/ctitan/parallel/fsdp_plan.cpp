@@ -20,12 +20,14 @@ bool frees_after_forward(models::FreeAfterForward rule, config::ReshardAfterForw
   return false;
 }
 
-// A parameter's FQN is covered when a unit's module is it or a prefix of it at a dot.
-bool covered(const std::string& param, const std::set<std::string>& modules) {
+// How many of the units' modules hold the parameter `param`: those that are a prefix of its FQN
+// at a dot. Exactly one is a plan that shards it once.
+int units_holding(const std::string& param, const std::set<std::string>& modules) {
+  int count = 0;
   for (size_t dot = param.find('.'); dot != std::string::npos; dot = param.find('.', dot + 1)) {
-    if (modules.count(param.substr(0, dot))) return true;
+    count += int(modules.count(param.substr(0, dot)));
   }
-  return false;
+  return count;
 }
 
 }  // namespace
@@ -49,8 +51,11 @@ std::unique_ptr<fsdp::FSDPModule> apply_fsdp(models::TransformerImpl& model, con
     resolved.emplace_back(std::move(modules), frees_after_forward(unit.free_after_forward, reshard_after_forward, pipeline));
   }
   for (const auto& param : model.named_parameters()) {
-    if (!covered(param.key(), sharded))
-      throw std::logic_error("FSDP plan: parameter " + param.key() + " is in no unit of the model's plan");
+    const int units = units_holding(param.key(), sharded);
+    if (units != 1) {
+      throw std::logic_error("FSDP plan: parameter " + param.key() + " is in " + std::to_string(units) +
+                             " units of the model's plan, not one");
+    }
   }
   auto fsdp = std::make_unique<fsdp::FSDPModule>(model.hooks, std::move(groups), mp);
   for (const auto& [modules, free_after_forward] : resolved) fsdp->fully_shard(modules, free_after_forward);

@@ -18,8 +18,9 @@ namespace ctitan::parallel {
 // only some of the modules: a unit keeps those the stage has and is skipped when it has none, and
 // "default" means no freeing after forward, as torchtitan's `not pp_enabled`: a stage runs several
 // microbatches' forwards before their backwards, and each would gather again. Throws
-// std::logic_error naming the parameter if a parameter of `model` is in no unit (a plan bug:
-// FSDP would neither shard nor reduce it).
+// std::logic_error naming the parameter, before anything is sharded, if a parameter of `model` is
+// in no unit (a plan bug: FSDP would neither shard nor reduce it) or in two (one unit nested in
+// another: it would be sharded twice).
 std::unique_ptr<fsdp::FSDPModule> apply_fsdp(models::TransformerImpl& model, const std::vector<models::FsdpUnit>& units,
                                              fsdp::MeshGroups groups, fsdp::MixedPrecisionPolicy mp,
                                              config::ReshardAfterForward reshard_after_forward, bool pipeline = false);

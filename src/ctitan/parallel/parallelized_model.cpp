@@ -39,7 +39,9 @@ std::unique_ptr<ParallelizedModel> parallelize(models::DeferredModel model, cons
   out->bf16_ = config.training.mixed_precision_param == torch::kBFloat16;
   out->device_type_ = device.type();
   move_deferred(*model.model, device);
-  out->plan_ = models::model_spec(model.model->args().family).parallelize_plan(model.model->args());
+  const auto& spec = models::model_spec(model.model->args().family);
+  if (!spec.parallelize_plan) throw std::logic_error("model family " + spec.name + " registers no parallelize plan");
+  out->plan_ = spec.parallelize_plan(model.model->args());
   out->parts_.push_back(std::move(model.model));
   out->ranks_per_batch_ = dist.dims.tp * dist.dims.pp;
   // torchtitan's order: pipeline split, then per stage TP -> activation checkpointing -> FSDP or

@@ -20,6 +20,7 @@ EmbeddingServer::EmbeddingServer(config::JobConfig config, PsLayout layout)
   // One rank writes the whole state: the trainers' parts arrive by RPC when a save is due.
   checkpointer_ = std::make_unique<checkpoint::CheckpointManager>(config_, checkpoint::local_coordinator(), nullptr,
                                                                   checkpoint::RankPlace{0, 1, 0, 1}, *this);
+  if (model_.job.tokenizer) checkpointer_->expect_tokenizer(model_.job.tokenizer->fingerprint());
   schedule_ = std::make_unique<components::LrScheduler>(config_.lr_scheduler, config_.training.steps, config_.optimizer.lr);
   checkpointer_->load();
   backward_done_ = std::make_shared<GradientRound>(layout_.trainers(), step_ + 1, "gradient");

@@ -23,6 +23,7 @@ ParameterServer::ParameterServer(config::JobConfig config, PsLayout layout)
   // dataloader positions, which arrive with every push.
   checkpointer_ = std::make_unique<checkpoint::CheckpointManager>(config_, checkpoint::local_coordinator(), nullptr,
                                                                   checkpoint::RankPlace{0, 1, 0, 1}, *this);
+  if (model_.job.tokenizer) checkpointer_->expect_tokenizer(model_.job.tokenizer->fingerprint());
   checkpointer_->load();
   round_ = std::make_shared<GradientRound>(layout_.trainers(), step_ + 1, "gradient");
   flat_params_ = flatten(model_.params);

@@ -3,7 +3,7 @@
 // depends on the model: which modules of a block split how under tensor parallelism, which
 // modules FSDP shards as one unit, which activation checkpointing recomputes, and the modules a
 // pipeline split places before and after the blocks. Data only: parallel/ applies it, so the
-// family names its modules and parallel/ names none.
+// family names the modules of its blocks and units, and parallel/ names none of them.
 #include <string>
 #include <vector>
 
