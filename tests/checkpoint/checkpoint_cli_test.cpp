@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <optional>
+#include <utility>
 
 #include "ctitan/checkpoint/metadata.h"
 #include "ctitan/checkpoint/reader.h"
@@ -221,22 +223,35 @@ TEST(CliCheckpoint, CorruptCheckpointFallsBackToThePreviousOne) {
   EXPECT_NE(none.output.find("ctitan: checkpoint error: no usable checkpoint in"), std::string::npos) << none.output;
 }
 
+// `ctitan train` of the tiny job plus `extra`, its checkpoint folder `folder` a tmpfs mounted with
+// `mount_options` in a private mount namespace; `after` runs in the namespace once training ends
+// (the tmpfs is gone outside it). Exit status and output; nullopt where mount namespaces are not
+// allowed.
+std::optional<std::pair<int, std::string>> train_on_tmpfs(const testing::TempDir& dir, const std::string& folder,
+                                                          const std::string& mount_options, const Args& extra,
+                                                          const std::string& after = "") {
+  if (std::system(("unshare -m true 2>/dev/null")) != 0) return std::nullopt;
+  std::string command = "mkdir -p " + folder + " && mount -t tmpfs -o " + mount_options + " tmpfs " + folder + " && " +
+                        CTITAN_BIN + " train";
+  for (const auto& a : concat(testing::tiny_job_args(dir.path()), concat({"--checkpoint.folder", folder}, extra))) {
+    command += " '" + a + "'";
+  }
+  if (!after.empty()) command += " ; code=$? ; " + after + " ; exit $code";
+  int status = std::system(("unshare -m sh -c \"" + command + "\" > " + dir.file("out.txt") + " 2>&1").c_str());
+  return std::pair{WEXITSTATUS(status), testing::read_file(dir.file("out.txt"))};
+}
+
 // A real full disk: the checkpoint folder on a 2.5 MB tmpfs in a private mount namespace. The
 // tiny job's full checkpoint is ~1.7 MB, so step 5 fits and step 10 does not; the model-only
 // save at step 12 (~0.55 MB) fits again. Skipped where mount namespaces are not allowed.
 TEST(CliCheckpoint, DiskFullLeavesThePreviousCheckpointIntact) {
   testing::TempDir dir;
-  auto args = concat(testing::tiny_job_args(dir.path()),
-                     {"--checkpoint.enable", "true", "--checkpoint.interval", "5", "--training.steps", "12",
-                      "--checkpoint.folder", dir.file("full")});
-  std::string command = "mkdir -p " + dir.file("full") + " && mount -t tmpfs -o size=2500k tmpfs " + dir.file("full") +
-                        " && " + CTITAN_BIN + " train";
-  for (const auto& a : args) command += " '" + a + "'";
-  command += " ; code=$? ; cp -r " + dir.file("full") + " " + dir.file("copy") + " ; exit $code";
-  if (std::system(("unshare -m true 2>/dev/null")) != 0) GTEST_SKIP() << "no mount namespaces here";
-  int status = std::system(("unshare -m sh -c \"" + command + "\" > " + dir.file("out.txt") + " 2>&1").c_str());
-  auto output = testing::read_file(dir.file("out.txt"));
-  ASSERT_EQ(WEXITSTATUS(status), 0) << output;
+  auto run = train_on_tmpfs(dir, dir.file("full"), "size=2500k",
+                            {"--checkpoint.enable", "true", "--checkpoint.interval", "5", "--training.steps", "12"},
+                            "cp -r " + dir.file("full") + " " + dir.file("copy"));
+  if (!run) GTEST_SKIP() << "no mount namespaces here";
+  const auto& [code, output] = *run;
+  ASSERT_EQ(code, 0) << output;
   EXPECT_NE(output.find("No space left on device"), std::string::npos) << output;
   EXPECT_NE(output.find("older checkpoints are intact"), std::string::npos) << output;
   auto left = checkpoint::list_step_dirs(dir.file("copy"));
@@ -249,16 +264,11 @@ TEST(CliCheckpoint, DiskFullLeavesThePreviousCheckpointIntact) {
 // later: a read-only mount (root writes through permission bits, so a mount it is).
 TEST(CliCheckpoint, AReadOnlyFolderIsRefusedAtStartUp) {
   testing::TempDir dir;
-  if (std::system(("unshare -m true 2>/dev/null")) != 0) GTEST_SKIP() << "no mount namespaces here";
-  auto args = concat(testing::tiny_job_args(dir.path()),
-                     {"--checkpoint.enable", "true", "--checkpoint.interval", "50", "--training.steps", "60",
-                      "--checkpoint.folder", dir.file("ro")});
-  std::string command = "mkdir -p " + dir.file("ro") + " && mount -t tmpfs -o ro,size=1m tmpfs " + dir.file("ro") +
-                        " && " + CTITAN_BIN + " train";
-  for (const auto& a : args) command += " '" + a + "'";
-  int status = std::system(("unshare -m sh -c \"" + command + "\" > " + dir.file("out.txt") + " 2>&1").c_str());
-  auto output = testing::read_file(dir.file("out.txt"));
-  EXPECT_EQ(WEXITSTATUS(status), 1) << output;
+  auto run = train_on_tmpfs(dir, dir.file("ro"), "ro,size=1m",
+                            {"--checkpoint.enable", "true", "--checkpoint.interval", "50", "--training.steps", "60"});
+  if (!run) GTEST_SKIP() << "no mount namespaces here";
+  const auto& [code, output] = *run;
+  EXPECT_EQ(code, 1) << output;
   EXPECT_NE(output.find("checkpoint.folder '" + dir.file("ro") + "' is not writable: Read-only file system"),
             std::string::npos)
       << output;
