@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "ctitan/cli/commands.h"
+#include "ctitan/common/byte_units.h"
 #include "ctitan/common/error.h"
 #include "ctitan/common/threads.h"
 #include "ctitan/config/config_manager.h"
@@ -22,8 +23,6 @@
 
 namespace ctitan::cli {
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 struct EstimateFlags {
   std::string config_path;

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -13,9 +12,9 @@
 #include "ctitan/common/error.h"
 #include "ctitan/common/input_file.h"
 #include "ctitan/common/message_text.h"
+#include "ctitan/config/config_checks.h"
 #include "ctitan/config/config_fields.h"
 #include "ctitan/config/config_help.h"
-#include "ctitan/models/model_spec.h"
 
 namespace ctitan::config {
 namespace {
@@ -262,10 +261,6 @@ void apply_overrides(JobConfig& config, const std::vector<std::string>& words) {
   }
 }
 
-void require(bool ok, const std::string& message) {
-  if (!ok) throw ConfigError(message);
-}
-
 // The messages quote the user's keys, values and words, which may hold control characters (a
 // quoted TOML key "a\nb", an override word with a newline): escaped here, once, so that every
 // ConfigError stays one line.
@@ -282,8 +277,6 @@ auto with_one_line_errors(F&& f) -> decltype(f()) {
     throw ConfigError(escaped);
   }
 }
-
-void check_config(const JobConfig& c);
 
 }  // namespace
 
@@ -340,161 +333,6 @@ void validate(const JobConfig& c) {
   with_one_line_errors([&] { check_config(c); });
 }
 
-namespace {
-void check_size_ranges(const JobConfig& c);
-
-void check_config(const JobConfig& c) {
-  // inf and nan parse as TOML floats and as overrides; no key means anything by them.
-  JobConfig copy = c;
-  for (const auto& f : config_fields(copy)) {
-    if (auto* value = std::get_if<double*>(&f.target)) {
-      require(std::isfinite(**value), fmt::format("{} must be a finite number (got {})", f.dotted(), **value));
-    }
-  }
-  const auto& t = c.training;
-  models::model_flavor(c.model.name, c.model.flavor);  // a ConfigError naming model.name or model.flavor
-  if (c.activation_checkpoint.mode == ActivationCheckpointMode::kSelective) selective_ac(c.activation_checkpoint);
-  require(c.model.rope_theta >= 0, fmt::format("model.rope_theta must be > 0, or 0 for the flavor's (got {})",
-                                               c.model.rope_theta));
-  require(c.model.norm_eps >= 0, fmt::format("model.norm_eps must be > 0, or 0 for the flavor's (got {})",
-                                             c.model.norm_eps));
-  require(c.optimizer.name == "AdamW",
-          fmt::format("optimizer.name must be AdamW (got '{}')", c.optimizer.name));
-  require(c.optimizer.lr > 0, fmt::format("optimizer.lr must be > 0 (got {})", c.optimizer.lr));
-  require(c.optimizer.eps > 0, fmt::format("optimizer.eps must be > 0 (got {})", c.optimizer.eps));
-  require(c.optimizer.weight_decay >= 0,
-          fmt::format("optimizer.weight_decay must be >= 0 (got {})", c.optimizer.weight_decay));
-  for (auto [name, beta] : {std::pair{"beta1", c.optimizer.beta1}, {"beta2", c.optimizer.beta2}}) {
-    require(beta >= 0 && beta < 1, fmt::format("optimizer.{} must be in [0, 1) (got {})", name, beta));
-  }
-  require(c.lr_scheduler.warmup_steps >= 0,
-          fmt::format("lr_scheduler.warmup_steps must be >= 0 (got {})", c.lr_scheduler.warmup_steps));
-  require(c.lr_scheduler.decay_ratio <= 1,
-          fmt::format("lr_scheduler.decay_ratio must be <= 1 (got {})", c.lr_scheduler.decay_ratio));
-  require(c.lr_scheduler.min_lr_factor >= 0 && c.lr_scheduler.min_lr_factor <= 1,
-          fmt::format("lr_scheduler.min_lr_factor must be in [0, 1] (got {})", c.lr_scheduler.min_lr_factor));
-
-  require(t.local_batch_size > 0,
-          fmt::format("training.local_batch_size must be > 0 (got {})", t.local_batch_size));
-  require(t.seq_len > 0, fmt::format("training.seq_len must be > 0 (got {})", t.seq_len));
-  require(t.steps > 0, fmt::format("training.steps must be > 0 (got {})", t.steps));
-  if (t.global_batch_size != -1) {
-    require(t.global_batch_size > 0 && t.global_batch_size % t.local_batch_size == 0,
-            fmt::format("training.global_batch_size must be -1 or a positive multiple of "
-                        "training.local_batch_size (got {} with local_batch_size={})",
-                        t.global_batch_size, t.local_batch_size));
-  }
-  require(t.housekeeping_freq > 0,
-          fmt::format("training.housekeeping_freq must be > 0 (got {})", t.housekeeping_freq));
-  // Output folders: empty would write into the working directory, and a filesystem root (an
-  // absolute folder joins as itself) would spread a run's files over it.
-  for (auto [key, folder] : {std::pair{"job.dump_folder", c.job.dump_folder}, {"checkpoint.folder", c.checkpoint.folder},
-                             {"metrics.save_tb_folder", c.metrics.save_tb_folder},
-                             {"profiling.save_traces_folder", c.profiling.save_traces_folder}}) {
-    require(!folder.empty(), fmt::format("{} must not be empty", key));
-    const auto normal = std::filesystem::path(folder).lexically_normal();
-    require(normal != normal.root_path() || normal.empty(),
-            fmt::format("{} must not be the filesystem root (got '{}')", key, folder));
-  }
-  require(c.metrics.log_freq > 0, fmt::format("metrics.log_freq must be > 0 (got {})", c.metrics.log_freq));
-  require(c.profiling.profile_freq > 0,
-          fmt::format("profiling.profile_freq must be > 0 (got {})", c.profiling.profile_freq));
-  require(c.metrics.peak_flops >= 0,
-          fmt::format("metrics.peak_flops must be >= 0 (got {})", c.metrics.peak_flops));
-  require(c.validation.freq > 0, fmt::format("validation.freq must be > 0 (got {})", c.validation.freq));
-  require(c.validation.steps > 0, fmt::format("validation.steps must be > 0 (got {})", c.validation.steps));
-  const auto& p = c.parallelism;
-  require(p.data_parallel_replicate_degree >= 1,
-          fmt::format("parallelism.data_parallel_replicate_degree must be >= 1 (got {})", p.data_parallel_replicate_degree));
-  require(p.data_parallel_shard_degree == -1 || p.data_parallel_shard_degree >= 1,
-          fmt::format("parallelism.data_parallel_shard_degree must be -1 or >= 1 (got {})", p.data_parallel_shard_degree));
-  require(p.tensor_parallel_degree >= 1,
-          fmt::format("parallelism.tensor_parallel_degree must be >= 1 (got {})", p.tensor_parallel_degree));
-  require(p.pipeline_parallel_degree >= 1,
-          fmt::format("parallelism.pipeline_parallel_degree must be >= 1 (got {})", p.pipeline_parallel_degree));
-  require(p.pipeline_parallel_microbatch_size >= 1,
-          fmt::format("parallelism.pipeline_parallel_microbatch_size must be >= 1 (got {})", p.pipeline_parallel_microbatch_size));
-  require(p.pipeline_parallel_layers_per_stage == -1 || p.pipeline_parallel_layers_per_stage >= 1,
-          fmt::format("parallelism.pipeline_parallel_layers_per_stage must be -1 or >= 1 (got {})",
-                      p.pipeline_parallel_layers_per_stage));
-  for (auto [key, v] : {std::pair{"first", p.pipeline_parallel_first_stage_less_layers},
-                        {"last", p.pipeline_parallel_last_stage_less_layers}}) {
-    require(v >= 0, fmt::format("parallelism.pipeline_parallel_{}_stage_less_layers must be >= 0 (got {})", key, v));
-  }
-  require(p.bucket_cap_mb > 0, fmt::format("parallelism.bucket_cap_mb must be > 0 (got {})", p.bucket_cap_mb));
-  require(c.comm.link_gbytes_per_s >= 0,
-          fmt::format("comm.link_gbytes_per_s must be >= 0 (got {})", c.comm.link_gbytes_per_s));
-  require(c.comm.init_timeout_seconds > 0,
-          fmt::format("comm.init_timeout_seconds must be > 0 (got {})", c.comm.init_timeout_seconds));
-  require(c.comm.train_timeout_seconds > 0,
-          fmt::format("comm.train_timeout_seconds must be > 0 (got {})", c.comm.train_timeout_seconds));
-  const auto& ck = c.checkpoint;
-  require(!ck.folder.empty(), "checkpoint.folder must not be empty");
-  require(ck.interval > 0, fmt::format("checkpoint.interval must be > 0 (got {})", ck.interval));
-  require(ck.load_step >= -1, fmt::format("checkpoint.load_step must be -1 or >= 0 (got {})", ck.load_step));
-  require(!ck.keep_best || c.validation.enable, "checkpoint.keep_best needs validation.enable = true");
-  require(ck.keep_latest_k >= 0, fmt::format("checkpoint.keep_latest_k must be >= 0 (got {})", ck.keep_latest_k));
-  require(c.ps.batch_size == -1 || c.ps.batch_size >= 1,
-          fmt::format("ps.batch_size must be -1 or >= 1 (got {})", c.ps.batch_size));
-  for (auto [key, v] : {std::pair{"dim", c.model.dim}, {"n_layers", c.model.n_layers},
-                        {"n_heads", c.model.n_heads}, {"n_kv_heads", c.model.n_kv_heads},
-                        {"vocab_size", c.model.vocab_size}, {"head_dim", c.model.head_dim},
-                        {"hidden_dim", c.model.hidden_dim}}) {
-    require(v >= 0, fmt::format("model.{} must be >= 0 (got {}; 0 keeps the flavor's value)", key, v));
-  }
-  check_size_ranges(c);
-}
-
-// Upper bounds far beyond any model or job trained today, so that no size, and no product of two
-// of them, overflows 64 bits before the memory check (estimate/memory_floor.h) refuses what does
-// not fit; a timeout beyond a week would overflow c10d's nanosecond clocks and means "never".
-void check_size_ranges(const JobConfig& c) {
-  constexpr int64_t kWeek = 7 * 24 * 3600;
-  const auto at_most = [](const std::string& key, int64_t v, int64_t max, const char* why) {
-    require(v <= max, fmt::format("{} must be at most {} ({}; got {})", key, max, why, v));
-  };
-  const auto& m = c.model;
-  at_most("model.dim", m.dim, int64_t(1) << 20, "2^20");
-  at_most("model.n_layers", m.n_layers, int64_t(1) << 16, "2^16");
-  at_most("model.n_heads", m.n_heads, int64_t(1) << 16, "2^16");
-  at_most("model.n_kv_heads", m.n_kv_heads, int64_t(1) << 16, "2^16");
-  at_most("model.head_dim", m.head_dim, int64_t(1) << 16, "2^16");
-  at_most("model.hidden_dim", m.hidden_dim, int64_t(1) << 24, "2^24");
-  at_most("model.vocab_size", m.vocab_size, int64_t(1) << 26, "2^26");
-  const auto& t = c.training;
-  at_most("training.seq_len", t.seq_len, int64_t(1) << 24, "2^24 tokens");
-  at_most("training.local_batch_size", t.local_batch_size, int64_t(1) << 24, "2^24 sequences");
-  at_most("training.global_batch_size", t.global_batch_size, int64_t(1) << 40, "2^40 sequences");
-  at_most("validation.steps", c.validation.steps, int64_t(1) << 40, "2^40");
-  const auto& p = c.parallelism;
-  for (auto [key, v] : {std::pair{"data_parallel_replicate_degree", p.data_parallel_replicate_degree},
-                        {"data_parallel_shard_degree", p.data_parallel_shard_degree},
-                        {"tensor_parallel_degree", p.tensor_parallel_degree},
-                        {"pipeline_parallel_degree", p.pipeline_parallel_degree},
-                        {"pipeline_parallel_microbatch_size", p.pipeline_parallel_microbatch_size},
-                        {"pipeline_parallel_layers_per_stage", p.pipeline_parallel_layers_per_stage}}) {
-    at_most(std::string("parallelism.") + key, v, int64_t(1) << 24, "2^24");
-  }
-  at_most("parallelism.pipeline_parallel_first_stage_less_layers", p.pipeline_parallel_first_stage_less_layers,
-          int64_t(1) << 16, "2^16");
-  at_most("parallelism.pipeline_parallel_last_stage_less_layers", p.pipeline_parallel_last_stage_less_layers,
-          int64_t(1) << 16, "2^16");
-  // Step counts and intervals: 2^40 steps is 35 years at 1000 steps a second, and no step
-  // arithmetic (step + interval, warmup + decay steps) overflows below it.
-  for (auto [key, v] : {std::pair{"training.steps", t.steps}, {"lr_scheduler.warmup_steps", c.lr_scheduler.warmup_steps},
-                        {"training.housekeeping_freq", t.housekeeping_freq}, {"metrics.log_freq", c.metrics.log_freq},
-                        {"profiling.profile_freq", c.profiling.profile_freq}, {"validation.freq", c.validation.freq},
-                        {"checkpoint.interval", c.checkpoint.interval}, {"checkpoint.load_step", c.checkpoint.load_step},
-                        {"checkpoint.keep_latest_k", c.checkpoint.keep_latest_k}}) {
-    at_most(key, v, int64_t(1) << 40, "2^40 steps");
-  }
-  at_most("ps.batch_size", c.ps.batch_size, int64_t(1) << 24, "2^24 pushes");
-  at_most("comm.init_timeout_seconds", c.comm.init_timeout_seconds, kWeek, "a week");
-  at_most("comm.train_timeout_seconds", c.comm.train_timeout_seconds, kWeek, "a week");
-  require(c.ps.round_timeout_seconds <= double(kWeek),
-          fmt::format("ps.round_timeout_seconds must be at most {} (a week; got {})", kWeek, c.ps.round_timeout_seconds));
-}
-}  // namespace
 
 std::vector<std::string> section_differences(const JobConfig& other, const JobConfig& current,
                                              const std::string& section) {

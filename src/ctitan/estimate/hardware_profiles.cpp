@@ -5,6 +5,7 @@
 
 #include <map>
 
+#include "ctitan/common/byte_units.h"
 #include "ctitan/common/error.h"
 #include "ctitan/metrics/memory_tracker.h"
 
@@ -12,7 +13,6 @@ namespace ctitan::estimate {
 namespace {
 
 constexpr double kGB = 1e9;
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // The share of the bf16 peak that matmuls reach in a training step, fitted once: the value at
 // which this estimator reproduces torchtitan's Llama 3.1 8B run on 8 H100s (FSDP, local batch 2,

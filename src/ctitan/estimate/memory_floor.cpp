@@ -4,13 +4,12 @@
 
 #include <algorithm>
 
+#include "ctitan/common/byte_units.h"
 #include "ctitan/common/error.h"
 #include "ctitan/models/common/flops.h"
 
 namespace ctitan::estimate {
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 double largest_activation(const JobShape& job, double tp) {
   const auto& m = job.model;
