@@ -1,10 +1,9 @@
 #pragma once
-// Byte units for sizes in messages and estimates: one definition, so that files compiled together
+// The GiB for sizes in messages and estimates: one definition, so that files compiled together
 // in a unity batch do not define their own twice.
 
 namespace ctitan {
 
-inline constexpr double kMiB = 1024.0 * 1024.0;
 inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 }  // namespace ctitan
