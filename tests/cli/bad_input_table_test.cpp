@@ -343,9 +343,10 @@ std::function<std::vector<Process>(const fs::path&)> damaged_hf(
   return [=](const fs::path& dir) {
     fs::copy(source, dir / "hf", fs::copy_options::recursive);
     damage(dir / "hf");
-    if (command == "generate") {
+    if (command.rfind("generate", 0) == 0) {  // "generate" or "generate N": N new tokens (default 2)
+      auto n = command == "generate" ? std::string("2") : command.substr(9);
       return std::vector<Process>{{{"generate", "--checkpoint", (dir / "hf").string(), "--prompt-ids", "1,2",
-                                    "--max-new-tokens", "2"}}};
+                                    "--max-new-tokens", n}}};
     }
     return std::vector<Process>{{{"checkpoint", "import", "--input", (dir / "hf").string(), "--output",
                                   (dir / "out").string()}}};
@@ -488,6 +489,12 @@ std::vector<Case> bad_input_table(const fs::path& checkpoints, const fs::path& h
                  return P{{{"generate", "--checkpoint", hf.string(), "--prompt-ids", "1,2", "--max-new-tokens",
                             "9223372036854775807"}}};
                }});
+  // max_position_embeddings at its bound, 2^31: the whole cache would be over a terabyte even for
+  // this 2-layer model, beyond any machine's memory, so the refusal does not depend on the host
+  // (generate_test.cpp checks the comparison against a figure the test sets).
+  t.push_back({"sizes", "generate: a KV cache of 2^31 positions", 1, {"KV cache", "--max-new-tokens", "GiB"},
+               damaged_hf(hf, edit_config_json([](nlohmann::json& j) { j["max_position_embeddings"] = 2147483648; }),
+                          "generate 2147483646")});
   t.push_back({"sizes", "estimate: --seq-len 2^63 - 1", 2, {"training.seq_len"}, [debug_toml](const fs::path&) {
                  return P{{{"estimate", "--config", debug_toml, "--seq-len", "9223372036854775807"}}};
                }});

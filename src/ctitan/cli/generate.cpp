@@ -16,6 +16,7 @@
 #include "ctitan/common/error.h"
 #include "ctitan/common/threads.h"
 #include "ctitan/data/tokenizer.h"
+#include "ctitan/metrics/memory_tracker.h"
 #include "ctitan/models/common/generate.h"
 
 namespace ctitan::cli {
@@ -104,7 +105,13 @@ void add_generate_command(CLI::App& app) {
     if (tokenizer) a->sampling.stop_token = tokenizer->eos_id();
 
     auto model = build_model_from_source(source);
-    auto ids = models::generate(*model, prompt, a->sampling);
+    source.model.clear();  // the model holds its own copy
+    // The cache gets what the machine has beyond the weights: a cache too big is refused before
+    // it is allocated, not by the OOM killer.
+    int64_t held = 0;
+    for (const auto& p : model->parameters()) held += p.numel() * int64_t(p.element_size());
+    const double cache_memory = double(metrics::physical_memory_bytes()) - double(held);
+    auto ids = models::generate(*model, prompt, a->sampling, cache_memory);
 
     std::string text;
     if (tokenizer) {

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "ctitan/common/error.h"
+#include "ctitan/metrics/memory_tracker.h"
 #include "ctitan/models/common/kv_cache.h"
 
 namespace ctitan::models {
@@ -125,6 +126,38 @@ TEST(Generate, StopsAtTheStopTokenAndRejectsBadPrompts) {
   opts.max_new_tokens = 1;
   EXPECT_THROW(generate(*model, {1, 50}, opts), InputError);
   EXPECT_THROW(generate(*model, {}, opts), InputError);
+}
+
+// The cache's size is known before it exists: cached_decoder_bytes equals what CachedDecoder
+// allocates (counted by the tracking allocator), and generate() refuses, without allocating
+// anything, a cache larger than the memory it is given, a figure this test sets.
+TEST(Generate, RefusesAKvCacheBeyondItsMemoryBeforeAllocatingIt) {
+  metrics::install_memory_tracker();
+  auto model = tiny_model();
+  const auto& args = model->args();
+  // Worked by hand: 2 layers x 12 positions x (keys + values) x 2 kv heads x head_dim 16 x 4 bytes,
+  // plus RoPE's cos and sin, 12 positions x 8 frequencies x 4 bytes each.
+  const double bytes = cached_decoder_bytes(args, /*batch=*/1, /*max_len=*/12, sizeof(float));
+  EXPECT_EQ(bytes, 2 * 12 * 2 * 2 * 16 * 4 + 2 * 12 * 8 * 4);
+  {
+    torch::NoGradGuard no_grad;
+    const auto before = metrics::memory_stats().active_bytes;
+    CachedDecoder decoder(*model, 1, 12);
+    EXPECT_EQ(double(metrics::memory_stats().active_bytes - before), bytes);
+  }
+
+  SamplingOptions opts;
+  opts.max_new_tokens = 10;  // prompt 2 + 10 = the 12 positions above
+  const auto allocations = metrics::memory_stats().alloc_count;
+  try {
+    generate(*model, {1, 2}, opts, bytes - 1);
+    ADD_FAILURE() << "a cache one byte over its memory was allocated";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--max-new-tokens 10"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("KV cache"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(metrics::memory_stats().alloc_count, allocations);
+  EXPECT_EQ(generate(*model, {1, 2}, opts, bytes).size(), 10u);  // exactly enough memory
 }
 
 }  // namespace

@@ -3,6 +3,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "ctitan/common/byte_units.h"
 #include "ctitan/common/error.h"
 #include "ctitan/models/common/kv_cache.h"
 
@@ -24,7 +27,8 @@ int64_t sample_next(const torch::Tensor& logits, const SamplingOptions& options,
   return at::multinomial(probs, 1, /*replacement=*/false, generator).item<int64_t>();
 }
 
-std::vector<int64_t> generate(TransformerImpl& model, const std::vector<int64_t>& prompt, const SamplingOptions& options) {
+std::vector<int64_t> generate(TransformerImpl& model, const std::vector<int64_t>& prompt, const SamplingOptions& options,
+                              double cache_memory_bytes) {
   const auto& args = model.args();
   if (prompt.empty()) throw InputError("generate: the prompt is empty");
   for (auto id : prompt) {
@@ -39,6 +43,14 @@ std::vector<int64_t> generate(TransformerImpl& model, const std::vector<int64_t>
   }
   if (options.max_new_tokens <= 0) return {};
   const int64_t total = int64_t(prompt.size()) + options.max_new_tokens;
+  const auto element_size = int64_t(model.tok_embeddings->weight.element_size());
+  const double cache_bytes = cached_decoder_bytes(args, /*batch=*/1, total, element_size);
+  if (cache_bytes > cache_memory_bytes) {
+    throw InputError(fmt::format("generate: the KV cache for prompt ({} tokens) + --max-new-tokens {} needs {:.3f} GiB, "
+                                 "more than the {:.3f} GiB of memory left for it: lower --max-new-tokens",
+                                 prompt.size(), options.max_new_tokens, cache_bytes / kGiB,
+                                 std::max(cache_memory_bytes, 0.0) / kGiB));
+  }
 
   torch::NoGradGuard no_grad;
   auto generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -20,8 +21,11 @@ struct SamplingOptions {
 };
 
 // Returns only the new ids (at most max_new_tokens). Throws InputError if the prompt is empty,
-// holds an id outside the vocabulary, or prompt + new tokens exceed the model's max_seq_len.
-std::vector<int64_t> generate(TransformerImpl& model, const std::vector<int64_t>& prompt, const SamplingOptions& options);
+// holds an id outside the vocabulary, prompt + new tokens exceed the model's max_seq_len, or
+// their KV cache (cached_decoder_bytes) would need more than `cache_memory_bytes`: checked
+// before anything is allocated.
+std::vector<int64_t> generate(TransformerImpl& model, const std::vector<int64_t>& prompt, const SamplingOptions& options,
+                              double cache_memory_bytes = std::numeric_limits<double>::infinity());
 
 // The next id from one row of logits (vocab,), as generate() picks it.
 int64_t sample_next(const torch::Tensor& logits, const SamplingOptions& options, at::Generator& generator);

@@ -2,13 +2,19 @@
 
 namespace ctitan::models {
 
+double cached_decoder_bytes(const ModelArgs& args, int64_t batch, int64_t max_len, int64_t element_size) {
+  const double per_position_kv = 2.0 * double(args.kv_heads()) * double(args.head_dim()) * double(element_size);
+  const double rope = 2.0 * double(args.head_dim() / 2) * double(sizeof(float));
+  return double(args.n_layers) * double(batch) * double(max_len) * per_position_kv + double(max_len) * rope;
+}
+
 CachedDecoder::CachedDecoder(TransformerImpl& model, int64_t batch, int64_t max_len)
     : model_(model), max_len_(max_len) {
   const auto& args = model.args();
   TORCH_CHECK(max_len > 0 && max_len <= args.max_seq_len, "KV cache length ", max_len,
               " must be in [1, max_seq_len ", args.max_seq_len, "]");
   auto weight = model.tok_embeddings->weight;
-  rope_ = make_rope_tables(args, weight.device());
+  rope_ = make_rope_tables(args, weight.device(), max_len);
   auto opts = weight.options().requires_grad(false);
   for (int64_t i = 0; i < args.n_layers; ++i) {
     slots_.push_back({torch::zeros({batch, max_len, args.kv_heads(), args.head_dim()}, opts),

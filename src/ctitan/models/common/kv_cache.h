@@ -11,6 +11,11 @@
 
 namespace ctitan::models {
 
+// Bytes a CachedDecoder(model, batch, max_len) allocates: every layer's keys and values,
+// (batch, max_len, kv_heads, head_dim) each in `element_size`-byte elements, and its fp32 RoPE
+// tables (max_len, head_dim/2) x 2. In double, so that any sizes compare without overflow.
+double cached_decoder_bytes(const ModelArgs& args, int64_t batch, int64_t max_len, int64_t element_size);
+
 class CachedDecoder {
  public:
   // Caches up to `max_len` positions (<= the model's max_seq_len) for `batch` sequences, in the

@@ -42,13 +42,14 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return ops::rms_norm(x, weight, eps_);
 }
 
-RopeTables make_rope_tables(const ModelArgs& args, torch::Device device) {
+RopeTables make_rope_tables(const ModelArgs& args, torch::Device device, int64_t positions) {
+  if (positions < 0) positions = args.max_seq_len;
   auto opts = torch::TensorOptions().dtype(torch::kFloat).device(device);
   int64_t half = args.head_dim() / 2;
   // (half,): theta^(-2i/head_dim)
   auto inv_freq = 1.0 / torch::pow(args.rope_theta, torch::arange(0, half, opts) * 2.0 / args.head_dim());
-  // (max_seq_len, half): angle of position t for frequency i
-  auto angles = torch::outer(torch::arange(args.max_seq_len, opts), inv_freq);
+  // (positions, half): angle of position t for frequency i
+  auto angles = torch::outer(torch::arange(positions, opts), inv_freq);
   return {angles.cos(), angles.sin()};
 }
 

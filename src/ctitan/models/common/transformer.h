@@ -22,11 +22,12 @@ class RMSNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RMSNorm);
 
-// Rotary embedding tables for positions [0, max_seq_len): cos and sin, each (max_seq_len, head_dim/2).
+// Rotary embedding tables for positions [0, positions): cos and sin, each (positions, head_dim/2).
+// `positions` is the model's max_seq_len unless given (a KV cache needs only its own length).
 struct RopeTables {
   torch::Tensor cos, sin;
 };
-RopeTables make_rope_tables(const ModelArgs& args, torch::Device device);
+RopeTables make_rope_tables(const ModelArgs& args, torch::Device device, int64_t positions = -1);
 
 // x: (B, T, n_heads, head_dim). Rotates adjacent pairs (2i, 2i+1) as Meta's reference does with
 // complex numbers, computed in fp32.
