@@ -25,6 +25,12 @@ Run by tests/cli/hf_transformers_test.cpp with the venv's Python (CTITAN_PYTHON)
       JSON: {"dir": DIR, "saved_tensors": [names in DIR's safetensors files, read back]}.
       --legacy-config rewrites config.json with the keys transformers 4.x wrote (top-level
       rope_theta, rope_scaling null, torch_dtype) instead of 5.x's rope_parameters / dtype.
+  serve            --fd N
+      Runs the subcommands above one after another in this process (tests/support/python_worker.h):
+      torch and transformers are imported once per test program instead of once per call. Reads
+      one JSON array of arguments per line from the socket at file descriptor N and answers each
+      with one line, {"exit": status, "error": "Type: message" or ""}, after its result is written.
+      Each request is seeded as a fresh process would be. Ends when the socket closes.
 
 Results go to --out as one JSON object (and to stdout when --out is absent): the test harness
 merges stdout and stderr, and library warnings must not corrupt the JSON. Errors exit non-zero
@@ -201,6 +207,36 @@ def cmd_save_random(args):
     emit({"dir": args.dir, "saved_tensors": saved}, args.out)
 
 
+def run_request(parser, argv):
+    """One subcommand, as main() would run it: (exit status, error text)."""
+    try:
+        args = parser.parse_args(argv)
+        if args.command == "serve":
+            return 2, "serve cannot be a request"
+        seed_everything(getattr(args, "seed", 0))
+        args.fn(args)
+        return 0, ""
+    except SystemExit as e:  # argparse's usage errors, and sys.exit("message") in a command
+        if isinstance(e.code, int) or e.code is None:
+            return e.code or 0, ""
+        return 1, str(e.code)
+    except Exception as e:  # a bug or a bad model: reported with the request, the worker goes on
+        return 1, f"{type(e).__name__}: {e}"
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def serve(parser, fd):
+    import socket
+
+    with socket.socket(fileno=fd) as sock, sock.makefile("r") as requests, sock.makefile("w") as replies:
+        for line in requests:
+            status, error = run_request(parser, json.loads(line))
+            replies.write(json.dumps({"exit": status, "error": error}) + "\n")
+            replies.flush()
+
+
 def main():
     torch.set_num_threads(1)  # reproducible summation order, and the test machine is shared
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -244,7 +280,13 @@ def main():
     p.add_argument("--legacy-config", action="store_true")
     p.set_defaults(fn=cmd_save_random)
 
+    p = sub.add_parser("serve")
+    p.add_argument("--fd", type=int, required=True)
+
     args = parser.parse_args()
+    if args.command == "serve":
+        serve(parser, args.fd)
+        return
     seed_everything(getattr(args, "seed", 0))
     args.fn(args)
 

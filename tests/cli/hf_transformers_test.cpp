@@ -24,6 +24,7 @@
 #include "ctitan/models/model_spec.h"
 #include "ctitan/train/model_builder.h"
 #include "ctitan/train/trainer.h"
+#include "support/python_worker.h"
 #include "support/test_support.h"
 #include "support/tiny_job.h"
 
@@ -59,14 +60,16 @@ struct Compared {
   }
 };
 
-// Runs the reference script; its JSON result goes through a file (run_program merges stdout and
-// stderr, and transformers prints progress bars).
+// Runs a subcommand of the reference script in the test program's one Python worker; its JSON
+// result goes through a file (the worker's output mixes stdout and stderr, and transformers
+// prints progress bars).
 nlohmann::json reference(const TempDir& dir, const std::string& name, std::vector<std::string> args) {
+  static testing::PythonWorker worker(kTransformersScript);
   auto out = dir.file(name + ".json");
-  args.insert(args.begin(), kTransformersScript);
   args.push_back("--out");
   args.push_back(out);
-  RunResult r = testing::run_python(args);
+  RunResult r = worker.run(args);
+  args.insert(args.begin(), kTransformersScript);  // for the message: the command to rerun by hand
   if (r.exit_code != 0 || !fs::exists(out)) {
     ADD_FAILURE() << "reference script failed (exit " << r.exit_code << "): " << fmt::format("{}", fmt::join(args, " "))
                   << "\n" << r.output;
