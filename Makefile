@@ -112,7 +112,7 @@ FUZZ_JOBS ?= 1
 FUZZ_BUILD_DIR ?= build-fuzz
 fuzz: deps
 	@command -v clang++ > /dev/null || { echo "fuzz: needs clang with libFuzzer: apt-get install -y clang libclang-rt-dev" >&2; exit 1; }
-	@CC=clang CXX=clang++ cmake -S fuzz -B $(FUZZ_BUILD_DIR) -DCTITAN_PYTHON=$$(scripts/setup_venv.sh)/bin/python \
+	@CC=clang CXX=clang++ cmake -S fuzz -B $(FUZZ_BUILD_DIR) $(call NEW_DIR_GENERATOR,$(FUZZ_BUILD_DIR)) -DCTITAN_PYTHON=$$(scripts/setup_venv.sh)/bin/python \
 	  $(if $(CMAKE_PREFIX_PATH),-DCMAKE_PREFIX_PATH=$(CMAKE_PREFIX_PATH)) > /dev/null
 	@cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS)
 	FUZZ_BUILD_DIR=$(abspath $(FUZZ_BUILD_DIR)) FUZZ_JOBS=$(FUZZ_JOBS) fuzz/run_all.sh $(FUZZ_SECONDS)
