@@ -4,9 +4,13 @@
 # what they compute once per process (a one-process reference run, a trained export). Measured on
 # the build machine: the 313 unit tests took 160 CPU-seconds one process each, 80 in one process.
 #
-# Inputs: TEST_EXECUTABLE, OUTPUT, WORKING_DIRECTORY (where each entry runs). Suites named Cli* run the ctitan binary (label integration),
-# Gpu* need a CUDA device (label gpu), the rest are in-process units (label unit). COST orders a
-# fresh run (no timings yet) so the long entries start first: integration tests weigh ten units.
+# Inputs: TEST_EXECUTABLE, OUTPUT, WORKING_DIRECTORY (where each entry runs). Suites named Cli*
+# (or Prefix/Cli* when parametrized) run the ctitan binary (label integration), Gpu* need a CUDA
+# device (label gpu), the rest are in-process units (label unit). COST orders a fresh run (no
+# timings yet) so the long entries start first: integration tests weigh ten units. A test that
+# skips makes its whole entry skipped (support/test_main.cpp), so a suite's tests share one
+# reason to skip. The file is rewritten when ctitan_tests relinks; after editing this script,
+# relink it (or delete the program) to refresh the entries.
 execute_process(COMMAND "${TEST_EXECUTABLE}" --gtest_list_tests
   OUTPUT_VARIABLE listing ERROR_VARIABLE errors RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
@@ -29,11 +33,11 @@ endforeach()
 set(script "# Written by cmake/DiscoverTestSuites.cmake from ${TEST_EXECUTABLE} --gtest_list_tests\n")
 foreach(suite IN LISTS suites)
   set(env "CTITAN_TEST_SKIP_EXIT_CODE=77")
-  if(suite MATCHES "^Cli")
+  if(suite MATCHES "(^|/)Cli")
     set(label integration)
     math(EXPR cost "${count_${suite}} * 10")
     string(APPEND env ";CTITAN_NUM_THREADS=1;CTITAN_CUDA=0")
-  elseif(suite MATCHES "^Gpu")
+  elseif(suite MATCHES "(^|/)Gpu")
     set(label gpu)
     set(cost ${count_${suite}})
   else()

@@ -27,7 +27,7 @@ done
 strip --strip-debug "$bundle"/bin/*
 cp "$build"/lib/libctitan_cuda.so "$bundle/lib/"
 cp "$build/CTestTestfile.cmake" "$bundle/"
-cp "$build"/tests/CTestTestfile.cmake "$build"/tests/ctitan_tests*.cmake "$bundle/tests/"
+cp "$build"/tests/CTestTestfile.cmake "$build"/tests/ctitan_test_suites*.cmake "$bundle/tests/"
 echo "$build" > "$bundle/BUILD_ROOT"
 
 # The libraries to carry: what ldd resolves outside libtorch's folder, the CUDA toolkit and the

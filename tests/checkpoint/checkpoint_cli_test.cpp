@@ -244,7 +244,7 @@ std::optional<std::pair<int, std::string>> train_on_tmpfs(const testing::TempDir
 // A real full disk: the checkpoint folder on a 2.5 MB tmpfs in a private mount namespace. The
 // tiny job's full checkpoint is ~1.7 MB, so step 5 fits and step 10 does not; the model-only
 // save at step 12 (~0.55 MB) fits again. Skipped where mount namespaces are not allowed.
-TEST(CliCheckpoint, DiskFullLeavesThePreviousCheckpointIntact) {
+TEST(CliCheckpointMounts, DiskFullLeavesThePreviousCheckpointIntact) {
   testing::TempDir dir;
   auto run = train_on_tmpfs(dir, dir.file("full"), "size=2500k",
                             {"--checkpoint.enable", "true", "--checkpoint.interval", "5", "--training.steps", "12"},
@@ -262,7 +262,7 @@ TEST(CliCheckpoint, DiskFullLeavesThePreviousCheckpointIntact) {
 
 // A checkpoint folder that cannot be written is found at start-up, not at the first save hours
 // later: a read-only mount (root writes through permission bits, so a mount it is).
-TEST(CliCheckpoint, AReadOnlyFolderIsRefusedAtStartUp) {
+TEST(CliCheckpointMounts, AReadOnlyFolderIsRefusedAtStartUp) {
   testing::TempDir dir;
   auto run = train_on_tmpfs(dir, dir.file("ro"), "ro,size=1m",
                             {"--checkpoint.enable", "true", "--checkpoint.interval", "50", "--training.steps", "60"});

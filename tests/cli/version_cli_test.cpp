@@ -34,7 +34,7 @@ TEST(CliVersion, NamesLibtorchCudaAndTheCpu) {
 // (src/ctitan/cuda/cuda_module.h). Forced with CTITAN_CUDA=1 it must load here too, where there is
 // no GPU, and resolve its entry points: the NCCL version comes from the wheel's libnccl through it.
 // CTITAN_CUDA=0 keeps it out even where a driver is.
-TEST(CliVersion, CudaModuleLoadsWhenAskedAndStaysOutWhenTold) {
+TEST(CliCudaModule, LoadsWhenAskedAndStaysOutWhenTold) {
 #ifndef CTITAN_WITH_NCCL
   GTEST_SKIP() << "CPU libtorch: no libctitan_cuda.so to load";
 #else

@@ -53,7 +53,7 @@ std::string build_commands(const std::string& ninja, const std::string& build_di
   return joined;
 }
 
-TEST(CliInstall, OwnLibtorchPrefixCompilesTheSameCommandsAsTheVenvRoute) {
+TEST(CliOwnLibtorch, PrefixCompilesTheSameCommandsAsTheVenvRoute) {
   auto cache = read_cmake_cache(CTITAN_BUILD_DIR);
   ASSERT_TRUE(cache.count("Torch_DIR")) << "no Torch_DIR in " << CTITAN_BUILD_DIR << "/CMakeCache.txt";
   if (cache["CMAKE_GENERATOR"] != "Ninja") {

@@ -1,7 +1,8 @@
 #pragma once
 // GPU tests (suite names start with Gpu; ctest label gpu). Each begins with
 // CTITAN_SKIP_WITHOUT_CUDA(): without a device the test is skipped with the line "no CUDA device",
-// which ctest reports as skipped (SKIP_REGULAR_EXPRESSION in tests/CMakeLists.txt), never passed.
+// and its suite's ctest entry exits 77, which ctest reports as skipped (support/test_main.cpp),
+// never passed.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 

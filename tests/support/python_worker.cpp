@@ -29,14 +29,23 @@ void PythonWorker::start() {
   int fds[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return;
   char log_template[] = "/tmp/ctitan_python_worker_XXXXXX";
-  int log_fd = mkstemp(log_template);
+  int log_fd = mkostemp(log_template, O_CLOEXEC);
+  if (log_fd < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return;
+  }
   log_ = log_template;
   const std::string python = python_path(), fd_arg = std::to_string(kWorkerFd);
   pid_ = fork();
   if (pid_ == 0) {
     dup2(log_fd, 1);
     dup2(log_fd, 2);
-    dup2(fds[1], kWorkerFd);  // dup2 clears close-on-exec on the copy
+    if (fds[1] == kWorkerFd) {
+      fcntl(kWorkerFd, F_SETFD, 0);  // already in place: only close-on-exec to clear
+    } else {
+      dup2(fds[1], kWorkerFd);  // dup2 clears close-on-exec on the copy
+    }
     const char* argv[] = {python.c_str(), script_.c_str(), "serve", "--fd", fd_arg.c_str(), nullptr};
     execv(python.c_str(), const_cast<char* const*>(argv));
     _exit(127);
@@ -44,6 +53,7 @@ void PythonWorker::start() {
   close(log_fd);
   close(fds[1]);
   socket_ = fds[0];
+  if (pid_ < 0) stop();  // fork failed: closes the socket and removes the log
 }
 
 void PythonWorker::stop() {

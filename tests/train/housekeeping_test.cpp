@@ -21,7 +21,7 @@ int64_t faults_for_a_step(models::Transformer& model, const torch::Tensor& token
 // Without the policy every step maps and zeroes its large blocks again (16384 faults per 64 MiB).
 // Once the housekeeper exists, steps reuse freed heap memory until its synchronized run trims the
 // heap; the step after that faults its memory in once more.
-TEST(Housekeeping, FreedMemoryReturnsToTheOsOnlyAtHousekeeping) {
+TEST(HousekeepingMalloc, FreedMemoryReturnsToTheOsOnlyAtHousekeeping) {
 #ifdef __SANITIZE_ADDRESS__
   // ASan's allocator replaces glibc's malloc, whose mmap threshold and trimming this measures
   // (make test-asan saw 72,000 faults every step, with or without the policy).

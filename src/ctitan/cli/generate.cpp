@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -106,11 +107,14 @@ void add_generate_command(CLI::App& app) {
 
     auto model = build_model_from_source(source);
     source.model.clear();  // the model holds its own copy
-    // The cache gets what the machine has beyond the weights: a cache too big is refused before
-    // it is allocated, not by the OOM killer.
+    // The cache may have at most the machine's physical memory beyond the weights: a cache that
+    // could never fit is refused before it is allocated. An upper bound only (other processes,
+    // cgroup limits and the forward's activations take their share); unknown memory sets none.
     int64_t held = 0;
     for (const auto& p : model->parameters()) held += p.numel() * int64_t(p.element_size());
-    const double cache_memory = double(metrics::physical_memory_bytes()) - double(held);
+    const int64_t physical = metrics::physical_memory_bytes();
+    const double cache_memory = physical > 0 ? double(physical) - double(held)
+                                             : std::numeric_limits<double>::infinity();
     auto ids = models::generate(*model, prompt, a->sampling, cache_memory);
 
     std::string text;
