@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 namespace ctitan::testing {
@@ -80,7 +81,7 @@ RunResult PythonWorker::run(const std::vector<std::string>& args, int timeout_s)
     result.output = "[test harness: could not start the Python worker]";
     return result;
   }
-  const size_t log_offset = read_file(log_).size();
+  const auto log_offset = size_t(std::filesystem::file_size(log_));
   const std::string request = nlohmann::json(args).dump() + "\n";
   if (send(socket_, request.data(), request.size(), MSG_NOSIGNAL) != ssize_t(request.size())) {
     result.output = tail_from(log_, log_offset) + "\n[test harness: the Python worker is gone]";
