@@ -98,7 +98,7 @@ bench: build-bench
 	$$(scripts/setup_venv.sh)/bin/python bench/tp_memory.py --ctitan $(BUILD_DIR)/bin/ctitan
 	$$(scripts/setup_venv.sh)/bin/python bench/pp_scaling.py --ctitan $(BUILD_DIR)/bin/ctitan
 	$$(scripts/setup_venv.sh)/bin/python bench/rpc.py --ctitan $(BUILD_DIR)/bin/ctitan
-	python3 bench/data_prepare.py --ctitan $(BUILD_DIR)/bin/ctitan --tokenizer $(BUILD_DIR)/assets/fortunes_2k.model
+	$$(scripts/setup_venv.sh)/bin/python bench/data_prepare.py --ctitan $(BUILD_DIR)/bin/ctitan --tokenizer $(BUILD_DIR)/assets/fortunes_2k.model
 	python3 bench/chaos.py --ctitan $(BUILD_DIR)/bin/ctitan
 	for n in 2 4; do OMP_NUM_THREADS=1 $(BUILD_DIR)/bin/ctitan run --nproc-per-node $$n --master-port 0 \
 	  --local-ranks-filter 0 --exec $(BUILD_DIR)/bin/collectives || exit 1; done

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """`ctitan data prepare` with 1 worker against N workers on the same corpus, in the same run, and
-the same corpus read from .jsonl.gz and .jsonl.zst. Prints each wall time (best of --repeats) and
-the speed-up ratio; checks that every output is byte-identical to the serial one.
+the same corpus read from .jsonl.gz and .jsonl.zst and from Parquet shards. Prints each wall time
+(best of --repeats) and the speed-up ratio; checks that every output is byte-identical to the
+serial one. The Parquet row is measured against pyarrow + `tokenizers` in Python on the same shards
+(run with the venv's Python, which has both; the row is skipped without them).
 
 Target: >= 1.7x with 2 workers on 2 cores.
 Corpus: the fortunes files of /usr/share/games/fortunes (what `make demo` trains on), repeated to
@@ -17,6 +19,8 @@ import shutil
 import subprocess
 import tempfile
 import time
+
+TOKEN_FILE_HEADER_BYTES = 16  # src/ctitan/data/token_file.h
 
 
 def fortunes():
@@ -38,6 +42,61 @@ def prepare(ctitan, tokenizer, data, out, workers, repeats):
         seconds = time.perf_counter() - start
         best = seconds if best is None else min(best, seconds)
     return best
+
+
+def python_parquet(shards, tokenizer_json, workers, repeats):
+    """pyarrow reads the shards by record batch, `tokenizers` encodes each batch on `workers`
+    threads (RAYON_NUM_THREADS, set before the import): the Python pipeline people write."""
+    os.environ["RAYON_NUM_THREADS"] = str(workers)
+    import pyarrow.parquet as pq
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(tokenizer_json)
+    best, tokens, docs = None, 0, 0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        tokens = docs = 0
+        for shard in shards:
+            for batch in pq.ParquetFile(shard).iter_batches(batch_size=8192, columns=["text"]):
+                texts = [t for t in batch.column(0).to_pylist() if t and t.strip()]
+                for enc in tok.encode_batch(texts, add_special_tokens=False):
+                    tokens += len(enc.ids) + 2  # + BOS and EOS, as ctitan's documents
+                docs += len(texts)
+        seconds = time.perf_counter() - start
+        best = seconds if best is None else min(best, seconds)
+    return best, tokens, docs
+
+
+def parquet_rows(a, tmp, docs_written, serial, reference):
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        import tokenizers  # noqa: F401
+    except ImportError:
+        print("pyarrow or tokenizers not importable: Parquet rows skipped (run with the venv's Python)")
+        return
+    shards_dir = os.path.join(tmp, "shards")
+    os.makedirs(shards_dir)
+    shards = []
+    per_shard = (len(docs_written) + 3) // 4
+    for k in range(4):
+        path = os.path.join(shards_dir, f"part-{k:05d}.parquet")
+        pq.write_table(pa.table({"text": docs_written[k * per_shard:(k + 1) * per_shard]}), path,
+                       row_group_size=16384, compression="snappy")
+        shards.append(path)
+    mib = sum(os.path.getsize(s) for s in shards) / 2 ** 20
+    out = os.path.join(tmp, "parquet.bin")
+    seconds = prepare(a.ctitan, a.tokenizer, shards_dir, out, a.workers, a.repeats)
+    assert open(out, "rb").read() == reference, "Parquet output differs from the JSONL one"
+    hf = os.path.join(tmp, "hf")
+    subprocess.run([a.ctitan, "tokenizer", "convert", "--tokenizer", a.tokenizer, "--output-dir", hf],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    py_seconds, py_tokens, py_docs = python_parquet(shards, os.path.join(hf, "tokenizer.json"), a.workers, a.repeats)
+    ctitan_tokens = (len(reference) - TOKEN_FILE_HEADER_BYTES) // 4
+    print(f"data prepare, {a.workers} workers, Parquet ({mib:.1f} MiB snappy, 4 shards): {seconds:6.2f} s "
+          f"({serial / seconds:.2f}x serial plain JSONL)")
+    print(f"pyarrow + tokenizers, {a.workers} threads, same shards:  {py_seconds:6.2f} s  "
+          f"ctitan/python speed ratio {py_seconds / seconds:.2f}x  (tokens: ctitan {ctitan_tokens}, python {py_tokens}, "
+          f"{py_docs} documents)")
 
 
 def main():
@@ -80,6 +139,7 @@ def main():
             print(f"data prepare, {a.workers} workers, .jsonl{suffix}: {seconds:6.2f} s ({serial / seconds:.2f}x serial plain)")
         if not zst:
             print("zstd command not installed: .jsonl.zst row skipped (apt-get install zstd)")
+        parquet_rows(a, tmp, [docs[k % len(docs)] for k in range(i)], serial, reference)
     finally:
         shutil.rmtree(tmp)
 

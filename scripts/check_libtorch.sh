@@ -65,7 +65,8 @@ echo "check_libtorch: building every target against torch $version ($site/torch)
 # CTITAN_PYTHON stays the venv's: tests that compare with transformers use it at run time.
 mkdir -p "$build"
 cmake -S "$root" -B "$build" $([ -f "$build/CMakeCache.txt" ] || echo -G Ninja) -DCMAKE_BUILD_TYPE=Release \
-  -DTorch_DIR="$site/torch/share/cmake/Torch" -DCTITAN_PYTHON="$python" > "$build/configure.log" 2>&1 \
+  -DTorch_DIR="$site/torch/share/cmake/Torch" -DCTITAN_PYTHON="$python" -DCTITAN_WITH_ARROW="${CTITAN_WITH_ARROW:-ON}" \
+  > "$build/configure.log" 2>&1 \
   || { cat "$build/configure.log" >&2; exit 1; }
 grep -E "^-- ctitan: libtorch" "$build/configure.log" >&2 || true
 cmake --build "$build" -j "$jobs"

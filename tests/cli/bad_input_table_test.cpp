@@ -638,6 +638,39 @@ std::vector<Case> bad_input_table(const fs::path& checkpoints, const fs::path& h
                  write_file((d / "corrupt.jsonl.zst").string(), std::string("\x28\xb5\x2f\xfd garbage garbage", 20));
                  return (d / "corrupt.jsonl.zst").string();
                }, {"--model.tokenizer_path", tok, "--model.vocab_size", "300"})});
+  t.push_back({"dataset", "Parquet: not a Parquet file", 1, {"{dir}/text.parquet", "not a readable Parquet file"},
+               dataset([](const fs::path& d) {
+                 write_file((d / "text.parquet").string(), "{\"text\": \"JSON, not Parquet\"}\n");
+                 return (d / "text.parquet").string();
+               }, {"--model.tokenizer_path", tok, "--model.vocab_size", "300"})});
+  // Mixtures ([[training.datasets]], given inline as an override): the key of the entry at fault.
+  auto mixture = [tok](std::string entries, std::function<void(const fs::path&)> make = {}) {
+    return [tok, entries, make](const fs::path& dir) {
+      if (make) make(dir);
+      std::string text = entries;
+      for (size_t at; (at = text.find("{dir}")) != std::string::npos;) text.replace(at, 5, dir.string());
+      return P{train(dir, {"--training.dataset_path", "", "--training.datasets", text, "--model.tokenizer_path", tok,
+                           "--model.vocab_size", "300"})};
+    };
+  };
+  auto good_jsonl = [](const fs::path& d) {
+    write_file((d / "good.jsonl").string(), "{\"text\": \"the cat sat on the mat\"}\n");
+    write_file((d / "blank.jsonl").string(), "{\"text\": \"  \"}\n{\"text\": \"\"}\n");
+  };
+  t.push_back({"dataset", "mixture: weight 0", 2, {"training.datasets[1].weight"},
+               mixture("[{path = \"{dir}/good.jsonl\"}, {path = \"{dir}/good.jsonl\", weight = 0}]", good_jsonl)});
+  t.push_back({"dataset", "mixture: weight nan", 2, {"training.datasets[0].weight"},
+               mixture("[{path = \"{dir}/good.jsonl\", weight = nan}]", good_jsonl)});
+  t.push_back({"dataset", "mixture: unknown format", 2, {"training.datasets[0].format", "'csv'"},
+               mixture("[{path = \"{dir}/good.jsonl\", format = \"csv\"}]", good_jsonl)});
+  t.push_back({"dataset", "mixture: unknown key in an entry", 2, {"training.datasets[0].wieght"},
+               mixture("[{path = \"{dir}/good.jsonl\", wieght = 2}]", good_jsonl)});
+  t.push_back({"dataset", "mixture: beside training.dataset_path", 2, {"training.dataset_path", "[[training.datasets]]"},
+               [](const fs::path& dir) {
+                 return P{train(dir, {"--training.datasets", "[{path = \"x.jsonl\"}]"})};
+               }});
+  t.push_back({"dataset", "mixture: a source that runs dry", 1, {"training.datasets[1] '{dir}/blank.jsonl'", "runs dry"},
+               mixture("[{path = \"{dir}/good.jsonl\"}, {path = \"{dir}/blank.jsonl\", weight = 5}]", good_jsonl)});
   // ---- tokenizers ----
   t.push_back({"tokenizer", "missing file", 1, {"{dir}/missing.model"}, [](const fs::path& dir) {
                  return P{train(dir, {"--model.tokenizer_path", (dir / "missing.model").string()})};

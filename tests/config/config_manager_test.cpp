@@ -42,8 +42,29 @@ TEST(ConfigManager, DefaultsMatchTorchtitan) {
 // became a choice still read (as "training", training.dataset's format), and print as the new name.
 TEST(ConfigManager, TheLegacyEmptyValidationDatasetReadsAsTraining) {
   auto c = parse_job_config("[validation]\ndataset = \"\"\n", "old.toml");
-  EXPECT_EQ(c.validation.dataset, DatasetFormat::kAsTraining);
+  EXPECT_EQ(c.validation.dataset, "training");
   EXPECT_NE(to_toml(c).find("dataset = \"training\""), std::string::npos) << to_toml(c);
+}
+
+// [[training.datasets]] as a file writes it, as an inline override, and as the resolved config
+// prints it: the same entries each way; and the mixture's rules name the entry's key.
+TEST(ConfigManager, DatasetMixturesParseOverrideAndPrintBack) {
+  const std::string toml =
+      "[training]\n[[training.datasets]]\npath = \"web/*.parquet\"\nweight = 3\n"
+      "[[training.datasets]]\npath = \"code.jsonl.zst\"\nformat = \"jsonl\"\ntext_column = \"content\"\nname = \"code\"\n";
+  auto c = parse_job_config(toml, "job.toml");
+  ASSERT_EQ(c.training.datasets.size(), 2u);
+  EXPECT_EQ(c.training.datasets[0], (DatasetSource{"web/*.parquet", "auto", 3.0, "text", ""}));
+  EXPECT_EQ(c.training.datasets[1], (DatasetSource{"code.jsonl.zst", "jsonl", 1.0, "content", "code"}));
+  auto inline_form = parse_job_config("", "x", {"--training.datasets",
+      "[{path = \"web/*.parquet\", weight = 3}, {path = \"code.jsonl.zst\", format = \"jsonl\", text_column = \"content\", name = \"code\"}]"});
+  EXPECT_EQ(inline_form.training.datasets, c.training.datasets);
+  EXPECT_EQ(parse_job_config(to_toml(c), "printed").training.datasets, c.training.datasets) << to_toml(c);
+  expect_config_error("[[training.datasets]]\npath = \"a\"\nweight = 0\n", {}, "training.datasets[0].weight must be a finite number > 0 (got 0)");
+  expect_config_error("[[training.datasets]]\nweight = 2\n", {}, "training.datasets[0].path is not set");
+  expect_config_error("[[training.datasets]]\npath = \"a\"\nformat = \"csv\"\n", {}, "training.datasets[0].format must be auto, text, jsonl, tokens or parquet");
+  expect_config_error("[[training.datasets]]\npath = \"a\"\n", {"--training.dataset_path", "b"}, "set training.dataset_path or [[training.datasets]]");
+  expect_config_error("", {"--training.dataset", "csv"}, "training.dataset must be auto, text, jsonl, tokens or parquet");
 }
 
 TEST(ConfigManager, TomlThenOverridesInAllForms) {

@@ -59,7 +59,7 @@ std::string zstd_frames(const std::string& text) {
 std::vector<std::string> read_all(const std::string& path, const std::string& format = "auto") {
   auto files = list_dataset_files(path, format, "--input");
   EXPECT_EQ(files.size(), 1u);
-  return read_documents(files[0].first, files[0].second);
+  return read_documents(files[0]);
 }
 
 TEST(CompressedDocuments, GzipAndZstdGiveThePlainDocuments) {
@@ -86,8 +86,8 @@ TEST(CompressedDocuments, DirectoriesMixCompressedAndPlainFiles) {
   auto files = list_dataset_files(dir.path().string(), "auto", "--input");
   ASSERT_EQ(files.size(), 3u);
   std::vector<std::string> all;
-  for (const auto& [file, format] : files) {
-    for (auto& d : read_documents(file, format)) all.push_back(d);
+  for (const auto& file : files) {
+    for (auto& d : read_documents(file)) all.push_back(d);
   }
   EXPECT_EQ(all, (std::vector<std::string>{"plain", "zstd", "gzip"}));
 }
@@ -163,7 +163,7 @@ TEST(CompressedDocuments, ALineLongerThanTheBoundIsOneLineNamingTheFile) {
   { std::ofstream create(file); }
   std::filesystem::resize_file(file, data::LineReader::kMaxLineBytes + (size_t(44) << 20));
   try {
-    data::read_documents(file, data::FileFormat::kText);
+    data::read_documents({file, data::find_dataset_format("text")});
     FAIL() << "a 300 MiB line was read";
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()), "dataset error: " + file.string() +

@@ -15,10 +15,10 @@ namespace {
 
 using testing::TempDir;
 
-std::vector<std::vector<int32_t>> tokenize(const std::vector<std::pair<std::filesystem::path, FileFormat>>& files,
-                                           const Tokenizer& tok, int workers, TokenizeCounts* counts) {
+std::vector<std::vector<int32_t>> tokenize(const std::vector<DatasetFile>& files, const Tokenizer& tok, int workers,
+                                           TokenizeCounts* counts) {
   std::vector<std::vector<int32_t>> out;
-  *counts = tokenize_in_order(files, tok, workers, [&](const std::vector<int32_t>& ids) { out.push_back(ids); });
+  *counts = tokenize_in_order(files, {}, tok, workers, [&](const std::vector<int32_t>& ids) { out.push_back(ids); });
   return out;
 }
 

@@ -29,24 +29,24 @@ void add_tokenizer_command(CLI::App& app) {
   };
   auto train_args = std::make_shared<TrainArgs>();
   auto* train = cmd->add_subcommand("train", "Learn BPE merges from text files or directories");
-  train->add_option("--input", train_args->inputs, "Text/JSONL files or directories")->required();
+  train->add_option("--input", train_args->inputs, "Text/JSONL/Parquet files, directories or globs")->required();
   train->add_option("--vocab-size", train_args->vocab_size, "Vocabulary size, counting BOS and EOS");
   train->add_option("--output", train_args->output, "Output rank file")->required();
-  train->add_option("--format", train_args->format, "auto | text | jsonl");
+  train->add_option("--format", train_args->format, "auto | text | jsonl | parquet");
   train->add_flag("--overwrite", train_args->overwrite, "Replace an existing --output");
   train->callback([train_args] {
     auto start = std::chrono::steady_clock::now();
-    std::vector<std::pair<std::string, data::FileFormat>> files;
+    std::vector<data::DatasetFile> files;
     for (const auto& input : train_args->inputs) {
       auto listed = data::list_dataset_files(input, train_args->format, "--input");
       files.insert(files.end(), listed.begin(), listed.end());
     }
     std::vector<std::filesystem::path> inputs;
-    for (const auto& [file, format] : files) inputs.emplace_back(file);
+    for (const auto& file : files) inputs.emplace_back(file.path);
     check_output_file("tokenizer train: --output", train_args->output, train_args->overwrite, inputs);
     std::vector<std::string> texts;
-    for (const auto& [file, format] : files) {
-      auto docs = data::read_documents(file, format);
+    for (const auto& file : files) {
+      auto docs = data::read_documents(file);
       texts.insert(texts.end(), std::make_move_iterator(docs.begin()), std::make_move_iterator(docs.end()));
     }
     auto tokenizer = data::train_bpe(texts, {train_args->vocab_size, /*show_progress=*/true});

@@ -2,7 +2,9 @@
 #include "ctitan/config/config_checks.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -11,6 +13,7 @@
 #include "ctitan/common/error.h"
 #include "ctitan/config/config_fields.h"
 #include "ctitan/config/config_manager.h"
+#include "ctitan/data/dataset_format.h"
 #include "ctitan/models/model_spec.h"
 
 namespace ctitan::config {
@@ -21,6 +24,7 @@ void require(bool ok, const std::string& message) {
 }
 
 void check_size_ranges(const JobConfig& c);
+void check_datasets(const JobConfig& c);
 
 }  // namespace
 
@@ -124,9 +128,32 @@ void check_config(const JobConfig& c) {
     require(v >= 0, fmt::format("model.{} must be >= 0 (got {}; 0 keeps the flavor's value)", key, v));
   }
   check_size_ranges(c);
+  check_datasets(c);
 }
 
 namespace {
+
+void check_datasets(const JobConfig& c) {
+  const auto& t = c.training;
+  require(!t.dataset_text_column.empty(), "training.dataset_text_column must not be empty");
+  if (t.datasets.empty()) return;
+  require(t.dataset_path.empty(), "set training.dataset_path or [[training.datasets]] (a mixture), not both");
+  require(!c.validation.enable || !c.validation.dataset_path.empty(),
+          "validation.dataset_path must be set when training.datasets is a mixture (it is not a validation set)");
+  std::vector<std::string> formats = {"auto"};
+  for (const auto& name : data::dataset_format_names()) formats.push_back(name);
+  for (size_t i = 0; i < t.datasets.size(); ++i) {
+    const auto& s = t.datasets[i];
+    const std::string key = fmt::format("training.datasets[{}]", i);
+    require(std::isfinite(s.weight) && s.weight > 0,
+            fmt::format("{}.weight must be a finite number > 0 (got {})", key, s.weight));
+    const std::vector<std::string> all_but_last(formats.begin(), formats.end() - 1);
+    require(std::find(formats.begin(), formats.end(), s.format) != formats.end(),
+            fmt::format("{}.format must be {} or {} (got '{}')", key, fmt::join(all_but_last, ", "), formats.back(),
+                        s.format));
+    require(!s.text_column.empty(), fmt::format("{}.text_column must not be empty", key));
+  }
+}
 
 // Upper bounds far beyond any model or job trained today, so that no size, and no product of two
 // of them, overflows 64 bits before the memory check (estimate/memory_floor.h) refuses what does

@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 
 #include "ctitan/common/dtype_names.h"
+#include "ctitan/data/dataset_format.h"
 
 namespace ctitan::config {
 namespace {
@@ -26,13 +28,6 @@ const NameTable<ActivationCheckpointMode> kAcModes = {{ActivationCheckpointMode:
                                                       {ActivationCheckpointMode::kFull, "full"},
                                                       {ActivationCheckpointMode::kSelective, "selective"}};
 const NameTable<PsMode> kPsModes = {{PsMode::kGradients, "gradients"}, {PsMode::kDistAutograd, "dist_autograd"}};
-const NameTable<DatasetFormat> kDatasetFormats = {{DatasetFormat::kAuto, "auto"}, {DatasetFormat::kText, "text"},
-                                                  {DatasetFormat::kJsonl, "jsonl"}, {DatasetFormat::kTokens, "tokens"}};
-const NameTable<DatasetFormat> kValidationDatasetFormats = {
-    {DatasetFormat::kAsTraining, "training"}, {DatasetFormat::kAuto, "auto"}, {DatasetFormat::kText, "text"},
-    {DatasetFormat::kJsonl, "jsonl"}, {DatasetFormat::kTokens, "tokens"},
-    // The string default before this key was an enum: configs saved in checkpoints still hold it.
-    {DatasetFormat::kAsTraining, ""}};
 const NameTable<DeviceChoice> kDeviceChoices = {
     {DeviceChoice::kAuto, "auto"}, {DeviceChoice::kCpu, "cpu"}, {DeviceChoice::kCuda, "cuda"}};
 
@@ -58,6 +53,27 @@ Choice choice(T* member, const NameTable<T>& table) {
   return c;
 }
 
+// A string key whose value is one of `names` (the dataset registry's, which grows without this
+// file changing); `aliases` are accepted and stored as the name they stand for.
+Choice string_choice(std::string* member, std::vector<std::string> names,
+                     std::vector<std::pair<std::string, std::string>> aliases = {}) {
+  Choice c;
+  c.names = names;
+  for (const auto& [alias, _] : aliases) c.names.push_back(alias);
+  c.set = [member, names, aliases](size_t i) { *member = i < names.size() ? names[i] : aliases[i - names.size()].second; };
+  c.current = [member, names] {
+    auto it = std::find(names.begin(), names.end(), *member);
+    if (it == names.end()) throw std::logic_error("config: a choice member holds a value its table does not name");
+    return size_t(it - names.begin());
+  };
+  return c;
+}
+
+std::vector<std::string> with_registry_formats(std::vector<std::string> names) {
+  for (auto& name : data::dataset_format_names()) names.push_back(name);
+  return names;
+}
+
 template <typename T>
 std::string name_in(const NameTable<T>& table, T value) {
   for (const auto& [v, name] : table) {
@@ -75,6 +91,11 @@ std::string value_text(const Field& f) {
     std::string operator()(bool* v) const { return fmt::format("{}", *v); }
     std::string operator()(std::string* v) const { return fmt::format("\"{}\"", *v); }
     std::string operator()(StringTable* v) const { return fmt::format("{}", *v); }
+    std::string operator()(DatasetSources* v) const {
+      std::vector<std::string> entries;
+      for (const auto& s : *v) entries.push_back(dataset_source_text(s));
+      return fmt::format("[{}]", fmt::join(entries, ", "));
+    }
     std::string operator()(const Choice& c) const { return c.names.at(c.current()); }
   };
   return std::visit(Visitor{}, f.target);
@@ -99,7 +120,10 @@ std::string name_of(ReshardAfterForward v) { return name_in(kReshardModes, v); }
 std::string name_of(GradientSync v) { return name_in(kGradientSyncs, v); }
 std::string name_of(DeviceChoice v) { return name_in(kDeviceChoices, v); }
 std::string name_of(PsMode v) { return name_in(kPsModes, v); }
-std::string name_of(DatasetFormat v) { return name_in(kValidationDatasetFormats, v); }
+std::string dataset_source_text(const DatasetSource& s) {
+  return fmt::format("{{path = \"{}\", format = \"{}\", weight = {}, text_column = \"{}\", name = \"{}\"}}", s.path,
+                     s.format, s.weight, s.text_column, s.name);
+}
 std::string name_of(AsyncMode v) { return name_in(kAsyncModes, v); }
 std::string name_of(ActivationCheckpointMode v) { return name_in(kAcModes, v); }
 
@@ -139,8 +163,10 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"training", "seq_len", &c.training.seq_len, "tokens per sequence"},
       {"training", "steps", &c.training.steps, "optimizer steps to run"},
       {"training", "max_norm", &c.training.max_norm, "gradient clipping threshold (global L2 norm); <= 0 disables"},
-      {"training", "dataset", choice(&c.training.dataset, kDatasetFormats), "file format: auto (by extension) | text | jsonl | tokens"},
-      {"training", "dataset_path", &c.training.dataset_path, "file or directory"},
+      {"training", "dataset", string_choice(&c.training.dataset, with_registry_formats({"auto"})), "file format: auto (by extension) or one for every file"},
+      {"training", "dataset_path", &c.training.dataset_path, "file, directory or glob (shards/*.parquet)"},
+      {"training", "dataset_text_column", &c.training.dataset_text_column, "the JSONL field or Parquet column holding the text"},
+      {"training", "datasets", &c.training.datasets, "a weighted mixture instead of dataset_path: [[training.datasets]] with path, format, weight, text_column, name"},
       {"training", "mixed_precision_param", choice(&c.training.mixed_precision_param, dtypes({c10::kBFloat16, c10::kFloat})), "compute dtype (FSDP: the all-gather dtype too)"},
       {"training", "mixed_precision_reduce", choice(&c.training.mixed_precision_reduce, dtypes({c10::kFloat, c10::kBFloat16})), "FSDP's gradient reduce-scatter dtype"},
       {"training", "housekeeping_freq", &c.training.housekeeping_freq, "run synchronized housekeeping every N steps (torchtitan gc_freq)"},
@@ -168,7 +194,8 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"validation", "enable", &c.validation.enable, "run a validation loop"},
       {"validation", "freq", &c.validation.freq, "every N training steps (and the last step)"},
       {"validation", "steps", &c.validation.steps, "batches per validation run"},
-      {"validation", "dataset", choice(&c.validation.dataset, kValidationDatasetFormats), "file format: training (training.dataset's) | auto | text | jsonl | tokens"},
+      // "": the string default before this key was an enum; configs saved in checkpoints hold it.
+      {"validation", "dataset", string_choice(&c.validation.dataset, with_registry_formats({"training", "auto"}), {{"", "training"}}), "file format: training (training.dataset's), auto, or one for every file"},
       {"validation", "dataset_path", &c.validation.dataset_path, "defaults to training.dataset_path"},
 
       {"parallelism", "data_parallel_replicate_degree", &c.parallelism.data_parallel_replicate_degree, "DDP (or HSDP's replica) dimension"},

@@ -18,6 +18,7 @@ std::string type_and_default(const Field& f) {
     std::string operator()(bool*) const { return "boolean"; }
     std::string operator()(std::string*) const { return "string"; }
     std::string operator()(StringTable*) const { return "array of string arrays"; }
+    std::string operator()(DatasetSources*) const { return "array of tables"; }
     std::string operator()(const Choice& c) const { return fmt::format("{}", fmt::join(c.names, "|")); }
   };
   return std::visit(Visitor{}, f.target) + " = " + value_text(f);

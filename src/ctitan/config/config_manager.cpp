@@ -40,6 +40,7 @@ std::string type_name(const Field& f) {
     std::string operator()(bool*) const { return "a boolean"; }
     std::string operator()(std::string*) const { return "a string"; }
     std::string operator()(StringTable*) const { return "an array of arrays of strings"; }
+    std::string operator()(DatasetSources*) const { return "an array of tables ([[training.datasets]])"; }
     std::string operator()(const Choice& c) const { return c.allowed(); }
   };
   return std::visit(Visitor{}, f.target);
@@ -77,6 +78,47 @@ std::optional<StringTable> string_table(const toml::node& node) {
     }
   }
   return table;
+}
+
+// [[training.datasets]] (or an inline array of inline tables) as DatasetSources; nullopt when
+// `node` is not an array of tables. A wrong key or type inside an entry is a ConfigError naming it.
+std::optional<DatasetSources> dataset_sources(const toml::node& node, const std::string& origin, const std::string& key) {
+  const toml::array* entries = node.as_array();
+  if (!entries) return std::nullopt;
+  DatasetSources sources;
+  for (size_t i = 0; i < entries->size(); ++i) {
+    const toml::table* entry = (*entries)[i].as_table();
+    if (!entry) return std::nullopt;
+    const std::string where = fmt::format("{}[{}]", key, i);
+    DatasetSource& s = sources.emplace_back();
+    for (const auto& [k, value] : *entry) {
+      const std::string name(k.str());
+      std::string* text = name == "path" ? &s.path : name == "format" ? &s.format
+                        : name == "text_column" ? &s.text_column : name == "name" ? &s.name : nullptr;
+      if (text) {
+        if (!value.is_string()) throw ConfigError(fmt::format("{}: {}.{} must be a string", origin, where, name));
+        *text = *value.value<std::string>();
+      } else if (name == "weight") {
+        if (!value.is_number()) throw ConfigError(fmt::format("{}: {}.weight must be a number", origin, where));
+        s.weight = *value.value<double>();
+      } else {
+        throw ConfigError(fmt::format("{}: unknown key {}.{} (path, format, weight, text_column, name)", origin, where, name));
+      }
+    }
+    if (s.path.empty()) throw ConfigError(fmt::format("{}: {}.path is not set", origin, where));
+  }
+  return sources;
+}
+
+toml::array to_toml_array(const DatasetSources& sources) {
+  toml::array out;
+  for (const auto& s : sources) {
+    toml::table entry{{"path", s.path}, {"format", s.format}, {"weight", s.weight}, {"text_column", s.text_column},
+                      {"name", s.name}};
+    entry.is_inline(true);  // printed inside [training]: a [[datasets]] header would leave it
+    out.push_back(std::move(entry));
+  }
+  return out;
 }
 
 toml::array to_toml_array(const StringTable& table) {
@@ -119,6 +161,11 @@ void set_from_toml(Field& f, const toml::node& node, const std::string& origin) 
         } else if constexpr (std::is_same_v<T, StringTable>) {
           if (auto table = string_table(node)) {
             *target = std::move(*table);
+            return true;
+          }
+        } else if constexpr (std::is_same_v<T, DatasetSources>) {
+          if (auto sources = dataset_sources(node, origin, f.dotted())) {
+            *target = std::move(*sources);
             return true;
           }
         } else {
@@ -188,6 +235,18 @@ void set_from_string(Field& f, const std::string& text) {
           }
           if (!table) fail();
           *target = std::move(*table);
+        } else if constexpr (std::is_same_v<T, DatasetSources>) {
+          // As in the file, inline: '[{path = "a.parquet", weight = 3}, {path = "b.jsonl"}]'.
+          std::optional<DatasetSources> sources;
+          toml::table parsed;
+          try {
+            parsed = toml::parse("v = " + text);
+          } catch (const toml::parse_error&) {
+            fail();
+          }
+          if (parsed.size() == 1 && parsed.get("v")) sources = dataset_sources(*parsed.get("v"), "--" + f.dotted(), f.dotted());
+          if (!sources) fail();
+          *target = std::move(*sources);
         } else {
           std::istringstream in(text);
           T value{};
@@ -357,7 +416,8 @@ std::string to_toml(const JobConfig& config) {
         [&](const auto& v) {
           if constexpr (std::is_same_v<std::decay_t<decltype(v)>, Choice>) {
             sections[f.section].insert_or_assign(f.key, v.names.at(v.current()));
-          } else if constexpr (std::is_same_v<std::decay_t<decltype(v)>, StringTable*>) {
+          } else if constexpr (std::is_same_v<std::decay_t<decltype(v)>, StringTable*> ||
+                               std::is_same_v<std::decay_t<decltype(v)>, DatasetSources*>) {
             sections[f.section].insert_or_assign(f.key, to_toml_array(*v));
           } else {
             sections[f.section].insert_or_assign(f.key, *v);

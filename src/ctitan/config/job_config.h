@@ -28,9 +28,16 @@ enum class DeviceChoice { kAuto, kCpu, kCuda };
 // ctitan ps: trainers push gradients to the server, or the embedding lives on the server behind
 // distributed autograd (docs/RPC.md).
 enum class PsMode { kGradients, kDistAutograd };
-// A dataset's file format (data/token_stream.h): by extension (auto), or one for every file.
-// kAsTraining: validation.dataset's default, training.dataset's format.
-enum class DatasetFormat { kAuto, kText, kJsonl, kTokens, kAsTraining };
+
+// One dataset of a weighted mixture: an entry of [[training.datasets]].
+struct DatasetSource {
+  std::string path;                  // file, directory or glob, as training.dataset_path
+  std::string format = "auto";       // as training.dataset
+  double weight = 1.0;               // relative probability that the next document comes from here
+  std::string text_column = "text";  // as training.dataset_text_column
+  std::string name = "";             // in metrics (data_tokens/<name>); "" = the path's last component
+  bool operator==(const DatasetSource&) const = default;
+};
 
 struct Job {
   std::string dump_folder = "./outputs";  // output folder: metrics.jsonl, checkpoints, traces, TensorBoard
@@ -79,8 +86,13 @@ struct Training {
   int64_t seq_len = 2048;              // tokens per sequence
   int64_t steps = 10000;               // optimizer steps to run
   double max_norm = 1.0;               // gradient clipping threshold (global L2 norm); <= 0 disables
-  DatasetFormat dataset = DatasetFormat::kAuto;  // auto | text | jsonl | tokens (data/token_stream.h)
-  std::string dataset_path = "";       // file or directory
+  // The dataset's format: auto (by extension) or a name of the dataset registry
+  // (data/dataset_format.h: text | jsonl | tokens | parquet), for every file.
+  std::string dataset = "auto";
+  std::string dataset_path = "";       // file, directory or glob (shards/*.parquet)
+  std::string dataset_text_column = "text";  // the JSONL field or Parquet column holding the text
+  // A weighted mixture instead of dataset_path: [[training.datasets]] entries (data/mixture_stream.h).
+  std::vector<DatasetSource> datasets;
   c10::ScalarType mixed_precision_param = c10::kBFloat16;  // bfloat16 | float32: compute dtype
   c10::ScalarType mixed_precision_reduce = c10::kFloat;    // float32 | bfloat16: FSDP's gradient reduction
   int64_t housekeeping_freq = 50;      // run synchronized housekeeping every N steps (torchtitan gc_freq)
@@ -111,7 +123,7 @@ struct Validation {
   bool enable = false;              // run a validation loop
   int64_t freq = 500;               // every N training steps (and the last step)
   int64_t steps = 10;               // batches per validation run
-  DatasetFormat dataset = DatasetFormat::kAsTraining;  // training (training.dataset's) | auto | text | jsonl | tokens
+  std::string dataset = "training";  // training (training.dataset's), auto, or a registry name
   std::string dataset_path = "";    // defaults to training.dataset_path
 };
 

@@ -1,6 +1,8 @@
 #include "ctitan/data/documents.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <fnmatch.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -8,32 +10,123 @@
 
 #include "ctitan/common/error.h"
 #include "ctitan/common/path_text.h"
+#include "ctitan/data/byte_source.h"
 
 namespace ctitan::data {
 namespace fs = std::filesystem;
 namespace {
 
-std::optional<FileFormat> format_of(const fs::path& file, const std::string& requested) {
-  if (requested == "text") return FileFormat::kText;
-  if (requested == "jsonl") return FileFormat::kJsonl;
-  if (requested == "tokens") return FileFormat::kTokens;
-  // `corpus.jsonl.zst` holds JSONL: the name inside the compression decides.
-  auto ext = without_compression_suffix(file).extension().string();
-  if (ext == ".jsonl") return FileFormat::kJsonl;
-  if (ext == ".bin" || ext == ".tokens") return FileFormat::kTokens;
-  if (ext.empty() || ext == ".txt" || ext == ".md") return FileFormat::kText;
-  return std::nullopt;
+// A JSONL file: one document per non-blank line.
+class JsonlDocumentReader : public DocumentReader {
+ public:
+  JsonlDocumentReader(const fs::path& file, std::string text_column)
+      : file_(file), text_column_(std::move(text_column)), lines_(file) {}
+
+  std::optional<std::string> next() override {
+    while (lines_.next(line_)) {
+      ++line_no_;
+      if (line_.find_first_not_of(" \t\r") == std::string::npos) continue;
+      auto json = nlohmann::json::parse(line_, nullptr, /*allow_exceptions=*/false);
+      if (json.is_discarded() || !json.is_object() || !json.contains(text_column_) ||
+          !json[text_column_].is_string()) {
+        throw InputError(fmt::format("dataset error: {}:{}: expected a JSON object with a string \"{}\" field",
+                                     file_.string(), line_no_, text_column_));
+      }
+      return std::move(json[text_column_].get_ref<std::string&>());
+    }
+    return std::nullopt;
+  }
+
+ private:
+  fs::path file_;
+  std::string text_column_;
+  LineReader lines_;
+  std::string line_;
+  int64_t line_no_ = 0;
+};
+
+// A strfile text: a document ends at a line that is exactly "%", and the last one at the end of
+// the file (even when empty, as fortune's files end with "%").
+class StrfileDocumentReader : public DocumentReader {
+ public:
+  explicit StrfileDocumentReader(const fs::path& file) : lines_(file) {}
+
+  std::optional<std::string> next() override {
+    if (done_) return std::nullopt;
+    std::string doc;
+    while (lines_.next(line_)) {
+      if (line_ == "%") return doc;
+      doc += line_;
+      doc += '\n';
+      if (doc.size() > LineReader::kMaxLineBytes) {
+        throw InputError(fmt::format("dataset error: {}: a document longer than {} MiB (no \"%\" separator line)",
+                                     lines_.file().string(), LineReader::kMaxLineBytes >> 20));
+      }
+    }
+    done_ = true;
+    return doc;
+  }
+
+ private:
+  LineReader lines_;
+  std::string line_;
+  bool done_ = false;
+};
+
+bool is_glob(const std::string& path) { return path.find_first_of("*?[") != std::string::npos; }
+
+// The regular files of a glob's last component, in its (existing) parent directory.
+std::vector<fs::path> glob_files(const std::string& pattern, const std::string& key) {
+  const fs::path p(pattern);
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  const std::string name = p.filename().string();
+  if (is_glob(dir.string())) {
+    throw InputError(fmt::format("dataset error: {} '{}': only the last path component may hold * ? [", key, pattern));
+  }
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw InputError(fmt::format("dataset error: {} '{}': directory '{}'{} does not exist", key, pattern,
+                                 dir.string(), relative_path_note(dir.string())));
+  }
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.is_regular_file() && fnmatch(name.c_str(), entry.path().filename().c_str(), 0) == 0) {
+      files.push_back(entry.path());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 }  // namespace
 
-std::vector<std::pair<fs::path, FileFormat>> list_dataset_files(const std::string& path, const std::string& format,
-                                                                 const std::string& key) {
+std::unique_ptr<DocumentReader> open_text_documents(const fs::path& file, const DocumentOptions&) {
+  return std::make_unique<StrfileDocumentReader>(file);
+}
+
+std::unique_ptr<DocumentReader> open_jsonl_documents(const fs::path& file, const DocumentOptions& options) {
+  return std::make_unique<JsonlDocumentReader>(file, options.text_column);
+}
+
+std::vector<DatasetFile> list_dataset_files(const std::string& path, const std::string& format,
+                                            const std::string& key) {
   if (path.empty()) throw InputError(fmt::format("dataset error: {} is not set", key));
-  std::error_code ec;
-  if (!fs::exists(path, ec)) throw InputError(fmt::format("dataset error: {} '{}'{} does not exist", key, path, relative_path_note(path)));
+  const DatasetFormat* requested = nullptr;
+  if (format != "auto") {
+    requested = find_dataset_format(format);
+    if (!requested) {
+      throw InputError(fmt::format("dataset error: {}: unknown dataset format '{}' (auto, {})", key, format,
+                                   fmt::join(dataset_format_names(), ", ")));
+    }
+  }
   std::vector<fs::path> candidates;
-  if (fs::is_directory(path)) {
+  std::error_code ec;
+  if (!fs::exists(path, ec) && is_glob(path)) {
+    candidates = glob_files(path, key);
+    if (candidates.empty()) throw InputError(fmt::format("dataset error: {} '{}' matches no files", key, path));
+  } else if (!fs::exists(path, ec)) {
+    throw InputError(fmt::format("dataset error: {} '{}'{} does not exist", key, path, relative_path_note(path)));
+  } else if (fs::is_directory(path)) {
     for (const auto& entry : fs::recursive_directory_iterator(path)) {
       if (entry.is_regular_file()) candidates.push_back(entry.path());
     }
@@ -43,72 +136,41 @@ std::vector<std::pair<fs::path, FileFormat>> list_dataset_files(const std::strin
   } else {  // /dev/zero, a FIFO, a socket: nothing that ends, or that can be read again on resume
     throw InputError(fmt::format("dataset error: {} '{}' is neither a regular file nor a directory", key, path));
   }
-  std::vector<std::pair<fs::path, FileFormat>> files;
-  bool has_tokens = false, has_text = false;
+  std::vector<DatasetFile> files;
+  bool has_tokens = false, has_documents = false;
   for (const auto& file : candidates) {
-    auto f = format_of(file, format);
+    const DatasetFormat* f = requested ? requested : format_by_extension(file);
     if (!f) continue;
-    if (*f == FileFormat::kTokens && compression_of(file) != Compression::kNone) {
-      throw InputError(fmt::format("dataset error: {}: token files are read in place and cannot be compressed",
-                                   file.string()));
+    if (!f->unavailable.empty()) throw InputError(fmt::format("dataset error: {}: {}", file.string(), f->unavailable));
+    if (!f->compressible && compression_of(file) != Compression::kNone) {
+      throw InputError(fmt::format("dataset error: {}: {} files are read in place and cannot be compressed "
+                                   "as a whole", file.string(), f->name));
     }
-    (*f == FileFormat::kTokens ? has_tokens : has_text) = true;
-    files.emplace_back(file, *f);
+    (f->tokens ? has_tokens : has_documents) = true;
+    files.push_back({file, f});
   }
   if (files.empty()) {
-    throw InputError(fmt::format("dataset error: {} '{}' holds no usable files (.txt, .md, .jsonl, "
-                                 "optionally .gz/.zst, .bin or no extension)", key, path));
+    throw InputError(fmt::format("dataset error: {} '{}' holds no usable files ({}; text and JSONL optionally "
+                                 ".gz/.zst)", key, path, known_extensions()));
   }
-  if (has_tokens && has_text) {
+  if (has_tokens && has_documents) {
     throw InputError(fmt::format("dataset error: {} '{}' mixes token files and text files", key, path));
   }
   return files;
 }
 
-DocumentReader::DocumentReader(const fs::path& file, FileFormat format)
-    : file_(file), format_(format), lines_(file) {}
-
-std::optional<std::string> DocumentReader::next() {
-  if (done_) return std::nullopt;
-  return format_ == FileFormat::kJsonl ? next_jsonl() : next_strfile();
-}
-
-std::optional<std::string> DocumentReader::next_jsonl() {
-  while (lines_.next(line_)) {
-    ++line_no_;
-    if (line_.find_first_not_of(" \t\r") == std::string::npos) continue;
-    auto json = nlohmann::json::parse(line_, nullptr, /*allow_exceptions=*/false);
-    if (json.is_discarded() || !json.is_object() || !json.contains("text") || !json["text"].is_string()) {
-      throw InputError(fmt::format("dataset error: {}:{}: expected a JSON object with a string \"text\" field",
-                                   file_.string(), line_no_));
-    }
-    return std::move(json["text"].get_ref<std::string&>());
+std::unique_ptr<DocumentReader> open_documents(const DatasetFile& file, const DocumentOptions& options) {
+  if (!file.format->open) {
+    throw InputError(fmt::format("dataset error: {}: {} files hold token ids, not documents", file.path.string(),
+                                 file.format->name));
   }
-  done_ = true;
-  return std::nullopt;
+  return file.format->open(file.path, options);
 }
 
-// A document ends at a line that is exactly "%", and the last one at the end of the file (even
-// when empty, as fortune's files end with "%").
-std::optional<std::string> DocumentReader::next_strfile() {
-  std::string doc;
-  while (lines_.next(line_)) {
-    if (line_ == "%") return doc;
-    doc += line_;
-    doc += '\n';
-    if (doc.size() > LineReader::kMaxLineBytes) {
-      throw InputError(fmt::format("dataset error: {}: a document longer than {} MiB (no \"%\" separator line)",
-                                   lines_.file().string(), LineReader::kMaxLineBytes >> 20));
-    }
-  }
-  done_ = true;
-  return doc;
-}
-
-std::vector<std::string> read_documents(const fs::path& file, FileFormat format) {
+std::vector<std::string> read_documents(const DatasetFile& file, const DocumentOptions& options) {
   std::vector<std::string> docs;
-  DocumentReader reader(file, format);
-  while (auto doc = reader.next()) docs.push_back(std::move(*doc));
+  auto reader = open_documents(file, options);
+  while (auto doc = reader->next()) docs.push_back(std::move(*doc));
   return docs;
 }
 

@@ -63,17 +63,16 @@ Batch PackedLoader::next() {
 
 StateDict PackedLoader::state_dict() const {
   std::vector<int32_t> pending(buffer_.begin() + long(buffer_start_), buffer_.end());
-  return {
-      {"stream_position", scalar_state(stream_->position())},
-      {"epoch", scalar_state(epoch_)},
-      {"window_index", scalar_state(window_index_)},
-      {"tokens_this_epoch", scalar_state(tokens_this_epoch_)},
-      {"buffer", torch::tensor(at::ArrayRef<int32_t>(pending), torch::kInt).clone()},
-  };
+  StateDict state = stream_->state_dict();  // "stream_position", and a mixture's sources
+  state["epoch"] = scalar_state(epoch_);
+  state["window_index"] = scalar_state(window_index_);
+  state["tokens_this_epoch"] = scalar_state(tokens_this_epoch_);
+  state["buffer"] = torch::tensor(at::ArrayRef<int32_t>(pending), torch::kInt).clone();
+  return state;
 }
 
 void PackedLoader::load_state_dict(const StateDict& state) {
-  stream_->seek(require_state(state, "stream_position").item<int64_t>());
+  stream_->load_state_dict(state);
   epoch_ = require_state(state, "epoch").item<int64_t>();
   window_index_ = require_state(state, "window_index").item<int64_t>();
   tokens_this_epoch_ = require_state(state, "tokens_this_epoch").item<int64_t>();

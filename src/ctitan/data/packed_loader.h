@@ -27,6 +27,8 @@ class PackedLoader {
 
   Batch next();
   int64_t epoch() const { return epoch_; }
+  // Tokens drawn from each source of a mixture so far (TokenStream::source_tokens).
+  std::vector<std::pair<std::string, int64_t>> source_tokens() const { return stream_->source_tokens(); }
 
   // Resumes at exactly the next token: the stream position, the epoch, the tokens already read
   // but not yet packed, and the global window counter.

@@ -38,7 +38,8 @@ struct DocumentBatch {
 // Reads every file's documents in order and cuts them into batches.
 class DocumentBatchReader {
  public:
-  explicit DocumentBatchReader(const std::vector<std::pair<fs::path, FileFormat>>& files) : files_(files) {}
+  DocumentBatchReader(const std::vector<DatasetFile>& files, const DocumentOptions& options)
+      : files_(files), options_(options) {}
 
   std::shared_ptr<DocumentBatch> next() {
     auto batch = std::make_shared<DocumentBatch>();
@@ -46,8 +47,7 @@ class DocumentBatchReader {
     while (bytes < kBatchTextBytes && batch->documents.size() < kBatchDocuments) {
       if (!reader_) {
         if (next_file_ >= files_.size()) break;
-        const auto& [path, format] = files_[next_file_++];
-        reader_ = std::make_unique<DocumentReader>(path, format);
+        reader_ = open_documents(files_[next_file_++], options_);
       }
       auto doc = reader_->next();
       if (!doc) {
@@ -61,7 +61,8 @@ class DocumentBatchReader {
   }
 
  private:
-  const std::vector<std::pair<fs::path, FileFormat>>& files_;
+  const std::vector<DatasetFile>& files_;
+  const DocumentOptions& options_;
   size_t next_file_ = 0;
   std::unique_ptr<DocumentReader> reader_;
 };
@@ -144,7 +145,7 @@ class TokenizerPool {
 
 }  // namespace
 
-TokenizeCounts tokenize_in_order(const std::vector<std::pair<fs::path, FileFormat>>& files,
+TokenizeCounts tokenize_in_order(const std::vector<DatasetFile>& files, const DocumentOptions& options,
                                  const Tokenizer& tokenizer, int workers,
                                  const std::function<void(const std::vector<int32_t>&)>& sink,
                                  const std::function<void(const TokenizeCounts&)>& on_progress) {
@@ -158,7 +159,7 @@ TokenizeCounts tokenize_in_order(const std::vector<std::pair<fs::path, FileForma
     }
     if (on_progress) on_progress(counts);
   };
-  DocumentBatchReader reader(files);
+  DocumentBatchReader reader(files, options);
   if (workers <= 1) {
     while (auto batch = reader.next()) {
       batch->tokenize(tokenizer);

@@ -21,7 +21,7 @@ struct TokenizeCounts {
 // `workers` = 1 tokenizes on the calling thread alone; more start that many threads beside the
 // reader. `sink` sees each non-blank document's ids (BOS ... EOS, see encode_document) in order,
 // on the calling thread. `on_progress` is called after each batch with the counts so far.
-TokenizeCounts tokenize_in_order(const std::vector<std::pair<std::filesystem::path, FileFormat>>& files,
+TokenizeCounts tokenize_in_order(const std::vector<DatasetFile>& files, const DocumentOptions& options,
                                  const Tokenizer& tokenizer, int workers,
                                  const std::function<void(const std::vector<int32_t>&)>& sink,
                                  const std::function<void(const TokenizeCounts&)>& on_progress = {});

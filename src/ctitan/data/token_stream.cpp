@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-
 #include "ctitan/common/error.h"
 #include "ctitan/data/documents.h"
 #include "ctitan/data/token_file.h"
@@ -15,8 +14,8 @@ namespace {
 // Files stream: only the current document is in memory.
 class DocumentStream : public TokenStream {
  public:
-  DocumentStream(std::vector<std::pair<fs::path, FileFormat>> files, std::shared_ptr<const Tokenizer> tok)
-      : files_(std::move(files)), tokenizer_(std::move(tok)) {}
+  DocumentStream(std::vector<DatasetFile> files, std::shared_ptr<const Tokenizer> tok, DocumentOptions options)
+      : files_(std::move(files)), tokenizer_(std::move(tok)), options_(std::move(options)) {}
 
   std::optional<std::vector<int32_t>> next() override {
     while (auto doc = next_document()) {
@@ -27,17 +26,24 @@ class DocumentStream : public TokenStream {
 
   int64_t position() const override { return position_; }
 
-  // Documents have no index on disk (and compressed files cannot be entered in the middle), so
-  // resuming reads forward from the start, without tokenizing.
+  // Resuming passes over the documents before `target` without tokenizing them: text and JSONL
+  // have no index on disk (and compressed files cannot be entered in the middle), so they are
+  // read forward; Parquet passes whole row groups by their metadata.
   void seek(int64_t target) override {
     next_file_ = 0;
     reader_.reset();
     position_ = 0;
     while (position_ < target) {
-      if (!next_document()) {
-        throw InputError(fmt::format("dataset error: cannot resume at document {}: the dataset has only {}",
-                                     target, position_));
+      if (!reader_) {
+        if (next_file_ >= files_.size()) {
+          throw InputError(fmt::format("dataset error: cannot resume at document {}: the dataset has only {}",
+                                       target, position_));
+        }
+        reader_ = open_documents(files_[next_file_++], options_);
       }
+      const int64_t skipped = reader_->skip(target - position_);
+      position_ += skipped;
+      if (position_ < target) reader_.reset();  // this file ended
     }
   }
 
@@ -52,13 +58,13 @@ class DocumentStream : public TokenStream {
         reader_.reset();
       }
       if (next_file_ >= files_.size()) return std::nullopt;
-      const auto& [path, format] = files_[next_file_++];
-      reader_ = std::make_unique<DocumentReader>(path, format);
+      reader_ = open_documents(files_[next_file_++], options_);
     }
   }
 
-  std::vector<std::pair<fs::path, FileFormat>> files_;
+  std::vector<DatasetFile> files_;
   std::shared_ptr<const Tokenizer> tokenizer_;
+  DocumentOptions options_;
   size_t next_file_ = 0;
   std::unique_ptr<DocumentReader> reader_;
   int64_t position_ = 0;
@@ -95,22 +101,28 @@ class TokenFilesStream : public TokenStream {
 
 }  // namespace
 
+StateDict TokenStream::state_dict() const { return {{"stream_position", scalar_state(position())}}; }
+
+void TokenStream::load_state_dict(const StateDict& state) {
+  seek(require_state(state, "stream_position").item<int64_t>());
+}
+
 std::optional<std::vector<int32_t>> encode_document(const Tokenizer& tokenizer, const std::string& text) {
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) return std::nullopt;
   return tokenizer.encode(text, /*bos=*/true, /*eos=*/true);
 }
 
 std::unique_ptr<TokenStream> open_token_stream(const std::string& path, const std::string& format,
-                                               std::shared_ptr<const Tokenizer> tokenizer,
-                                               const std::string& key) {
+                                               std::shared_ptr<const Tokenizer> tokenizer, const std::string& key,
+                                               const DocumentOptions& options) {
   auto files = list_dataset_files(path, format, key);
-  if (files.front().second == FileFormat::kTokens) {
+  if (files.front().format->tokens) {
     std::vector<fs::path> token_files;
-    for (const auto& [file, _] : files) token_files.push_back(file);
+    for (const auto& file : files) token_files.push_back(file.path);
     return std::make_unique<TokenFilesStream>(token_files);
   }
   if (!tokenizer) throw InputError(fmt::format("dataset error: {} holds text; set model.tokenizer_path", key));
-  return std::make_unique<DocumentStream>(std::move(files), std::move(tokenizer));
+  return std::make_unique<DocumentStream>(std::move(files), std::move(tokenizer), options);
 }
 
 }  // namespace ctitan::data

@@ -2,8 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+
 #include "ctitan/components/loss.h"
 #include "ctitan/config/config_fields.h"
+#include "ctitan/common/error.h"
+#include "ctitan/data/documents.h"
+#include "ctitan/data/mixture_stream.h"
 #include "ctitan/data/token_stream.h"
 #include "ctitan/train/determinism.h"
 #include "ctitan/train/model_builder.h"
@@ -21,18 +26,57 @@ JobSeed seed_job(const config::JobConfig& config, torch::Device device) {
   return job;
 }
 
+namespace {
+
+// A mixture source's name in metrics: its own, else the last component of its path (the folder
+// of a glob), made unique with its index.
+std::string source_name(const config::DatasetSource& s, size_t index, const std::vector<config::DatasetSource>& all) {
+  if (!s.name.empty()) return s.name;
+  std::filesystem::path p(s.path);
+  if (p.filename().string().find_first_of("*?[") != std::string::npos) p = p.parent_path();
+  std::string name = p.lexically_normal().filename().string();
+  if (name.empty() || name == "." || name == "..") name = p.lexically_normal().parent_path().filename().string();
+  size_t same = 0;
+  for (size_t i = 0; i < all.size(); ++i) same += all[i].name.empty() && all[i].path == s.path;
+  return same > 1 || name.empty() ? fmt::format("{}{}", name, index) : name;
+}
+
+// [[training.datasets]]: each entry a stream of documents, drawn by the mixture with debug.seed.
+std::unique_ptr<data::TokenStream> open_mixture(const config::JobConfig& config, const JobSeed& job) {
+  const auto& sources = config.training.datasets;
+  std::vector<data::MixtureSource> streams;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const auto& s = sources[i];
+    const std::string label = fmt::format("training.datasets[{}] '{}'", i, s.path);
+    auto files = data::list_dataset_files(s.path, s.format, fmt::format("training.datasets[{}].path", i));
+    // Token files have no documents to draw: the weights would apply to 64k-token slices.
+    if (files.front().format->tokens) {
+      throw InputError(fmt::format("dataset error: {} holds token files; a mixture draws documents "
+                                   "(text, JSONL or Parquet)", label));
+    }
+    streams.push_back({source_name(s, i, sources), label,
+                       data::open_token_stream(s.path, s.format, job.tokenizer, label, {s.text_column}), s.weight});
+  }
+  return std::make_unique<data::MixtureStream>(std::move(streams), uint64_t(config.debug.seed));
+}
+
+}  // namespace
+
 std::unique_ptr<data::PackedLoader> make_loader(const config::JobConfig& config, const JobSeed& job, DataSplit split,
                                                 int64_t batch_size, int64_t dp_rank, int64_t dp_degree) {
   const auto& t = config.training;
   const auto& v = config.validation;
   const bool training = split == DataSplit::kTraining;
+  if (training && !t.datasets.empty()) {
+    return std::make_unique<data::PackedLoader>(open_mixture(config, job), t.seq_len, batch_size,
+                                                "training.datasets (a mixture)", dp_rank, dp_degree, job.args.vocab_size);
+  }
   const std::string key = training ? "training.dataset_path" : "validation.dataset_path";
   const std::string path = training || v.dataset_path.empty() ? t.dataset_path : v.dataset_path;
-  const std::string format =
-      config::name_of(training || v.dataset == config::DatasetFormat::kAsTraining ? t.dataset : v.dataset);
-  return std::make_unique<data::PackedLoader>(data::open_token_stream(path, format, job.tokenizer, key), t.seq_len,
-                                              batch_size, fmt::format("{} '{}'", key, path), dp_rank, dp_degree,
-                                              job.args.vocab_size);
+  const std::string format = training || v.dataset == "training" ? t.dataset : v.dataset;
+  return std::make_unique<data::PackedLoader>(
+      data::open_token_stream(path, format, job.tokenizer, key, {t.dataset_text_column}), t.seq_len, batch_size,
+      fmt::format("{} '{}'", key, path), dp_rank, dp_degree, job.args.vocab_size);
 }
 
 ValidationSums validation_sums(

@@ -121,6 +121,15 @@ Trainer::Trainer(config::JobConfig config)
                                fmt::format("{:%Y%m%d-%H%M}", fmt::localtime(std::time(nullptr))))
                                   .string();
   }
+  if (!dataloader_->source_tokens().empty()) {
+    // A mixture: tokens drawn from each source so far (every rank reads the same stream, so the
+    // counts are the run's, not this rank's share). Host integers: no tensor is held.
+    metrics.extra_fields = [this](int64_t) {
+      std::vector<std::pair<std::string, double>> fields;
+      for (const auto& [name, tokens] : dataloader_->source_tokens()) fields.emplace_back("data_tokens/" + name, double(tokens));
+      return fields;
+    };
+  }
   metrics_ = std::make_unique<metrics::MetricsProcessor>(std::move(metrics));
   // Metrics rows and TensorBoard points of the steps a checkpoint covers are on disk before it commits.
   checkpointer_->set_before_save([this] {
