@@ -84,6 +84,10 @@ def parquet_rows(a, tmp, docs_written, serial, reference):
                        row_group_size=16384, compression="snappy")
         shards.append(path)
     mib = sum(os.path.getsize(s) for s in shards) / 2 ** 20
+    loader_share(a, tmp, "Parquet shards", ["--training.dataset_path", shards_dir])
+    mixture = (f'[{{path = "{shards_dir}", weight = 3}}, '
+               f'{{path = "{os.path.join(tmp, "corpus.jsonl.gz")}", weight = 1}}]')
+    loader_share(a, tmp, "mixture of Parquet 3 : JSONL.gz 1", ["--training.dataset_path", "", "--training.datasets", mixture])
     out = os.path.join(tmp, "parquet.bin")
     seconds = prepare(a.ctitan, a.tokenizer, shards_dir, out, a.workers, a.repeats)
     assert open(out, "rb").read() == reference, "Parquet output differs from the JSONL one"
@@ -97,6 +101,23 @@ def parquet_rows(a, tmp, docs_written, serial, reference):
     print(f"pyarrow + tokenizers, {a.workers} threads, same shards:  {py_seconds:6.2f} s  "
           f"ctitan/python speed ratio {py_seconds / seconds:.2f}x  (tokens: ctitan {ctitan_tokens}, python {py_tokens}, "
           f"{py_docs} documents)")
+
+
+def loader_share(a, tmp, label, extra):
+    """The training loader's share of the step: `ctitan train` of configs/llama3_debug.toml (1 rank,
+    fp32) on a dataset, mean time_data_s / time_step_s over the logged steps after the first."""
+    out = os.path.join(tmp, "train_" + label.replace(" ", "_"))
+    subprocess.run([a.ctitan, "train", "--config", "configs/llama3_debug.toml", "--job.dump_folder", out,
+                    "--model.tokenizer_path", a.tokenizer, "--training.steps", "30", "--metrics.log_freq", "5",
+                    "--training.mixed_precision_param", "float32", "--training.device", "cpu",
+                    "--validation.enable", "false", "--training.dataset", "auto"] + extra,
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    rows = [r for r in rows if "time_step_s" in r and r["step"] > 5]
+    share = sum(r["time_data_s"] for r in rows) / sum(r["time_step_s"] for r in rows)
+    print(f"training loader, {label}: data {100 * share:.3f}% of the step "
+          f"({1000 * sum(r['time_data_s'] for r in rows) / len(rows):.2f} ms of "
+          f"{1000 * sum(r['time_step_s'] for r in rows) / len(rows):.0f} ms; target < 1%)")
 
 
 def main():

@@ -122,8 +122,12 @@ TEST(ParquetDataset, ADirectoryOfShardsAndAGlobListTheShardsInOrder) {
     specs.push_back({{"path", dir.file("shards/part-0000" + std::to_string(i) + ".parquet")}, {"rows", parquet_rows(10 + i)}});
   }
   testing::write_parquet_files(specs, dir.path());
-  for (auto [path, format] : {std::pair{dir.file("shards"), "auto"}, {dir.file("shards/*.parquet"), "auto"},
-                              {dir.file("shards/part-*"), "parquet"}}) {
+  // What a clone of a Hugging Face dataset holds beside its shards: hidden, so not data.
+  std::filesystem::create_directories(dir.path() / "shards" / ".cache");
+  std::filesystem::copy_file(dir.file("shards/part-00000.parquet"), dir.file("shards/.cache/part-00000.parquet"));
+  testing::write_file(dir.file("shards/.gitattributes"), "*.parquet filter=lfs\n");
+  for (auto [path, format] : {std::pair{dir.file("shards"), "auto"}, {dir.file("shards"), "parquet"},
+                              {dir.file("shards/*.parquet"), "auto"}, {dir.file("shards/part-*"), "parquet"}}) {
     auto files = list_dataset_files(path, format, "training.dataset_path");
     ASSERT_EQ(files.size(), 3u) << path;
     for (size_t i = 0; i < 3; ++i) {

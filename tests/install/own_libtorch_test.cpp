@@ -68,9 +68,10 @@ TEST(CliOwnLibtorch, PrefixCompilesTheSameCommandsAsTheVenvRoute) {
   const std::string own = std::filesystem::canonical(dir.path()).string() + "/own";
   std::vector<std::string> args = {"-S", CTITAN_SOURCE_DIR, "-B", own, "-G", "Ninja", "-DCMAKE_PREFIX_PATH=" + libtorch.string()};
   // The same build options as this build (a sanitizer build's flags, say), so that only the
-  // libtorch route differs.
+  // libtorch route differs. Arrow is named as such a build names it, without the venv's Python.
   for (const char* key : {"CMAKE_BUILD_TYPE", "CMAKE_CXX_COMPILER", "CMAKE_C_COMPILER", "CTITAN_SANITIZE",
-                          "CMAKE_CXX_FLAGS", "CMAKE_CXX_FLAGS_RELEASE", "CMAKE_CXX_FLAGS_RELWITHDEBINFO"}) {
+                          "CMAKE_CXX_FLAGS", "CMAKE_CXX_FLAGS_RELEASE", "CMAKE_CXX_FLAGS_RELWITHDEBINFO",
+                          "CTITAN_WITH_ARROW", "CTITAN_ARROW_ROOT"}) {
     if (cache.count(key)) args.push_back("-D" + std::string(key) + "=" + cache[key]);
   }
   auto r = run_program(CTITAN_CMAKE, args, /*timeout_s=*/300);

@@ -127,8 +127,14 @@ std::vector<DatasetFile> list_dataset_files(const std::string& path, const std::
   } else if (!fs::exists(path, ec)) {
     throw InputError(fmt::format("dataset error: {} '{}'{} does not exist", key, path, relative_path_note(path)));
   } else if (fs::is_directory(path)) {
-    for (const auto& entry : fs::recursive_directory_iterator(path)) {
-      if (entry.is_regular_file()) candidates.push_back(entry.path());
+    // Hidden entries are not data: a clone of a Hugging Face dataset holds .git, .gitattributes
+    // and .cache/ beside its shards.
+    for (auto it = fs::recursive_directory_iterator(path); it != fs::recursive_directory_iterator(); ++it) {
+      if (it->path().filename().string().front() == '.') {
+        if (it->is_directory()) it.disable_recursion_pending();
+        continue;
+      }
+      if (it->is_regular_file()) candidates.push_back(it->path());
     }
     std::sort(candidates.begin(), candidates.end());
   } else if (fs::is_regular_file(path)) {

@@ -17,8 +17,9 @@ struct DatasetFile {
 };
 
 // `format` is auto or a registry name. With auto, a file's extension decides (format_by_extension);
-// other files in a directory (such as fortune's .dat indexes) are skipped. `path` is a file, a
-// directory (walked recursively in sorted order) or a glob over file names (`shards/*.parquet`:
+// other files in a directory (such as fortune's .dat indexes) are skipped; with a format named,
+// every file is read in it. `path` is a file, a directory (walked recursively in sorted order,
+// hidden entries such as .git skipped) or a glob over file names (`shards/*.parquet`:
 // `*`, `?` and `[...]` in the last component). Throws InputError naming `key` for a missing path,
 // no usable files, a format this build cannot read, or a mix of token and document files.
 std::vector<DatasetFile> list_dataset_files(const std::string& path, const std::string& format,
