@@ -3,18 +3,26 @@
 # folder, whose wheel ships exactly that, built with the torch wheel's C++ ABI. Left empty, it is
 # found from CTITAN_PYTHON's pyarrow (the venv of scripts/setup_venv.sh); a build with its own
 # libtorch and no venv names it: -DCTITAN_ARROW_ROOT=/path/to/site-packages/pyarrow.
-# Sets CTITAN_ARROW_INCLUDE_DIR and CTITAN_ARROW_LIBRARIES.
+# Sets CTITAN_ARROW_INCLUDE_DIR and CTITAN_ARROW_LIBRARIES. The libraries are linked by their
+# full paths, and so is an installed libctitan_core.a's package (cmake/Install.cmake): a program
+# built against it uses that pyarrow's libparquet, as it uses that venv's libtorch.
 # -DCTITAN_WITH_ARROW=OFF builds without it: Parquet datasets are then refused with one line that
 # says so (the GPU bundle does this: libarrow alone is 48 MB of the 64 MiB a run may carry).
 option(CTITAN_WITH_ARROW "Read Parquet datasets through Apache Arrow (the pyarrow wheel's C++ libraries)" ON)
 set(CTITAN_ARROW_ROOT "" CACHE PATH "Arrow C++ headers and libraries (the pyarrow package folder); empty: CTITAN_PYTHON's")
 if(CTITAN_WITH_ARROW)
+  # Found from a Python that has changed since (another venv): found again, so that the headers
+  # and libraries stay those of the pyarrow beside the build's torch.
+  if(CTITAN_ARROW_ROOT_FROM_PYTHON AND NOT CTITAN_ARROW_ROOT_FROM_PYTHON STREQUAL "${CTITAN_PYTHON}")
+    set(CTITAN_ARROW_ROOT "" CACHE PATH "" FORCE)
+  endif()
   if(NOT CTITAN_ARROW_ROOT AND CTITAN_PYTHON)
     execute_process(
       COMMAND ${CTITAN_PYTHON} -c "import os, pyarrow; print(os.path.dirname(pyarrow.__file__))"
       OUTPUT_VARIABLE CTITAN_PYARROW_DIR OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE CTITAN_PYARROW_RESULT ERROR_QUIET)
     if(CTITAN_PYARROW_RESULT EQUAL 0)
       set(CTITAN_ARROW_ROOT ${CTITAN_PYARROW_DIR} CACHE PATH "" FORCE)
+      set(CTITAN_ARROW_ROOT_FROM_PYTHON ${CTITAN_PYTHON} CACHE INTERNAL "the Python CTITAN_ARROW_ROOT was found from")
     endif()
   endif()
   if(NOT CTITAN_ARROW_ROOT)

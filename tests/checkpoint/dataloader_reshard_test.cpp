@@ -114,8 +114,8 @@ class CheckpointDataloaderReshardDocuments : public ::testing::Test {
   LoaderFactory mixture() {
     return [this](int64_t batch, int rank, int degree) {
       std::vector<data::MixtureSource> sources;
-      sources.push_back({"shards", "a", data::open_token_stream(dir_.file("shards"), "auto", tokenizer_, "a"), 3});
-      sources.push_back({"docs", "b", data::open_token_stream(dir_.file("docs.jsonl"), "auto", tokenizer_, "b"), 1});
+      sources.push_back({"shards", "a", "shards", data::open_token_stream(dir_.file("shards"), "auto", tokenizer_, "a"), 3});
+      sources.push_back({"docs", "b", "docs", data::open_token_stream(dir_.file("docs.jsonl"), "auto", tokenizer_, "b"), 1});
       return data::PackedLoader(std::make_unique<data::MixtureStream>(std::move(sources), 9), kSeqLen, batch, "m", rank,
                                 degree);
     };

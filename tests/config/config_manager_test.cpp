@@ -65,6 +65,8 @@ TEST(ConfigManager, DatasetMixturesParseOverrideAndPrintBack) {
   expect_config_error("[[training.datasets]]\npath = \"a\"\nformat = \"csv\"\n", {}, "training.datasets[0].format must be auto, text, jsonl, tokens or parquet");
   expect_config_error("[[training.datasets]]\npath = \"a\"\n", {"--training.dataset_path", "b"}, "set training.dataset_path or [[training.datasets]]");
   expect_config_error("", {"--training.dataset", "csv"}, "training.dataset must be auto, text, jsonl, tokens or parquet");
+  expect_config_error("[[training.datasets]]\npath = \"a\"\nname = \"web\"\n[[training.datasets]]\npath = \"b\"\nname = \"web\"\n",
+                      {}, "training.datasets[1].name 'web' is training.datasets[0]'s too");
 }
 
 TEST(ConfigManager, TomlThenOverridesInAllForms) {

@@ -30,11 +30,15 @@ class FakeSource : public TokenStream {
   int64_t position_ = 0;
 };
 
-std::unique_ptr<MixtureStream> fake_mixture(const std::vector<std::pair<int, double>>& sizes_and_weights, uint64_t seed) {
+// Source i reads "dataset <ids[i]>" (by default, i).
+std::unique_ptr<MixtureStream> fake_mixture(const std::vector<std::pair<int, double>>& sizes_and_weights, uint64_t seed,
+                                            std::vector<int> ids = {}) {
   std::vector<MixtureSource> sources;
   for (size_t i = 0; i < sizes_and_weights.size(); ++i) {
+    const int id = ids.empty() ? int(i) : ids[i];
     sources.push_back({"s" + std::to_string(i), "training.datasets[" + std::to_string(i) + "] 'x'",
-                       std::make_unique<FakeSource>(int(i), sizes_and_weights[i].first), sizes_and_weights[i].second});
+                       "dataset " + std::to_string(id), std::make_unique<FakeSource>(int(i), sizes_and_weights[i].first),
+                       sizes_and_weights[i].second});
   }
   return std::make_unique<MixtureStream>(std::move(sources), seed);
 }
@@ -89,9 +93,24 @@ TEST(MixtureStream, ResumesExactlyFromItsStateAfterSourcesWrapped) {
   EXPECT_GT(reference->state_dict()["mixture.0.epoch"].item<int64_t>(), 10);
 }
 
+// Positions resume only the datasets they were saved for: another count, another order, or a
+// single dataset given a mixture's state (its draw count is no document index) is refused.
 TEST(MixtureStream, AStateOfAnotherMixtureIsRefused) {
   auto two = fake_mixture({{5, 1}, {5, 1}}, 1), three = fake_mixture({{5, 1}, {5, 1}, {5, 1}}, 1);
+  for (int i = 0; i < 7; ++i) two->next();
   EXPECT_THROW(three->load_state_dict(two->state_dict()), InputError);
+  try {
+    fake_mixture({{5, 1}, {5, 1}}, 1, {1, 0})->load_state_dict(two->state_dict());
+    ADD_FAILURE() << "a mixture with its sources swapped resumed";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("training.datasets[0] 'x' is not the dataset"), std::string::npos) << e.what();
+  }
+  // New weights, same sources: resumes.
+  auto reweighted = fake_mixture({{5, 3}, {5, 1}}, 1);
+  reweighted->load_state_dict(two->state_dict());
+  EXPECT_EQ(reweighted->source_tokens(), two->source_tokens());
+  FakeSource single(0, 5);
+  EXPECT_THROW(single.load_state_dict(two->state_dict()), InputError);
 }
 
 TEST(MixtureStream, ASourceWithNoDocumentRunsDryNamingIt) {

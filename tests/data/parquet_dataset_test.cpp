@@ -127,7 +127,7 @@ TEST(ParquetDataset, ADirectoryOfShardsAndAGlobListTheShardsInOrder) {
   std::filesystem::copy_file(dir.file("shards/part-00000.parquet"), dir.file("shards/.cache/part-00000.parquet"));
   testing::write_file(dir.file("shards/.gitattributes"), "*.parquet filter=lfs\n");
   for (auto [path, format] : {std::pair{dir.file("shards"), "auto"}, {dir.file("shards"), "parquet"},
-                              {dir.file("shards/*.parquet"), "auto"}, {dir.file("shards/part-*"), "parquet"}}) {
+                              {dir.file("shards/*.parquet"), "auto"}, {dir.file("shards/*"), "parquet"}}) {
     auto files = list_dataset_files(path, format, "training.dataset_path");
     ASSERT_EQ(files.size(), 3u) << path;
     for (size_t i = 0; i < 3; ++i) {
@@ -166,6 +166,13 @@ TEST(ParquetDataset, BadFilesAreOneLineNamingTheFile) {
       {"list.parquet", "column 'text' is nested (a list or a struct), not one string per row"},
       {"truncated.parquet", "not a readable Parquet file"},
   };
+  // The string inside the list, named by its leaf's path: many values per row, refused too.
+  try {
+    read_parquet(dir.file("list.parquet"), "text.list.element");
+    ADD_FAILURE() << "a list's element column was read as one document per row";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("column 'text.list.element' is nested"), std::string::npos) << e.what();
+  }
   for (const auto& [name, says] : cases) {
     try {
       read_parquet(dir.file(name));

@@ -25,6 +25,7 @@ void add_tokenizer_command(CLI::App& app) {
     int64_t vocab_size = 2048;
     std::string output;
     std::string format = "auto";
+    std::string text_column = "text";
     bool overwrite = false;
   };
   auto train_args = std::make_shared<TrainArgs>();
@@ -33,6 +34,8 @@ void add_tokenizer_command(CLI::App& app) {
   train->add_option("--vocab-size", train_args->vocab_size, "Vocabulary size, counting BOS and EOS");
   train->add_option("--output", train_args->output, "Output rank file")->required();
   train->add_option("--format", train_args->format, "auto | text | jsonl | parquet");
+  train->add_option("--text-column", train_args->text_column, "JSONL field or Parquet column holding the text")
+      ->capture_default_str();
   train->add_flag("--overwrite", train_args->overwrite, "Replace an existing --output");
   train->callback([train_args] {
     auto start = std::chrono::steady_clock::now();
@@ -46,7 +49,7 @@ void add_tokenizer_command(CLI::App& app) {
     check_output_file("tokenizer train: --output", train_args->output, train_args->overwrite, inputs);
     std::vector<std::string> texts;
     for (const auto& file : files) {
-      auto docs = data::read_documents(file);
+      auto docs = data::read_documents(file, {train_args->text_column});
       texts.insert(texts.end(), std::make_move_iterator(docs.begin()), std::make_move_iterator(docs.end()));
     }
     auto tokenizer = data::train_bpe(texts, {train_args->vocab_size, /*show_progress=*/true});

@@ -152,6 +152,11 @@ void check_datasets(const JobConfig& c) {
             fmt::format("{}.format must be {} or {} (got '{}')", key, fmt::join(all_but_last, ", "), formats.back(),
                         s.format));
     require(!s.text_column.empty(), fmt::format("{}.text_column must not be empty", key));
+    // Each name is a metrics field (data_tokens/<name>): two sources must not write one.
+    for (size_t j = 0; j < i && !s.name.empty(); ++j) {
+      require(t.datasets[j].name != s.name,
+              fmt::format("{}.name '{}' is training.datasets[{}]'s too; names must differ", key, s.name, j));
+    }
   }
 }
 

@@ -90,7 +90,8 @@ std::vector<fs::path> glob_files(const std::string& pattern, const std::string& 
   }
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.is_regular_file() && fnmatch(name.c_str(), entry.path().filename().c_str(), 0) == 0) {
+    // FNM_PERIOD: `*` does not match a leading dot, so hidden files stay out, as in directory walks.
+    if (entry.is_regular_file() && fnmatch(name.c_str(), entry.path().filename().c_str(), FNM_PERIOD) == 0) {
       files.push_back(entry.path());
     }
   }
@@ -156,8 +157,12 @@ std::vector<DatasetFile> list_dataset_files(const std::string& path, const std::
     files.push_back({file, f});
   }
   if (files.empty()) {
-    throw InputError(fmt::format("dataset error: {} '{}' holds no usable files ({}; text and JSONL optionally "
-                                 ".gz/.zst)", key, path, known_extensions()));
+    std::vector<std::string> compressible;
+    for (const auto& f : dataset_formats()) {
+      if (f.compressible) compressible.push_back(f.name);
+    }
+    throw InputError(fmt::format("dataset error: {} '{}' holds no usable files ({}; {} optionally .gz/.zst)", key, path,
+                                 known_extensions(), fmt::join(compressible, ", ")));
   }
   if (has_tokens && has_documents) {
     throw InputError(fmt::format("dataset error: {} '{}' mixes token files and text files", key, path));

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "ctitan/common/error.h"
+#include "ctitan/common/fnv_hash.h"
 
 namespace ctitan::data {
 namespace {
@@ -23,6 +24,8 @@ uint64_t mix(uint64_t x) {
 double uniform(uint64_t seed, int64_t i) { return double(mix(mix(seed) ^ uint64_t(i)) >> 11) * 0x1.0p-53; }
 
 std::string key(size_t i, const char* field) { return fmt::format("mixture.{}.{}", i, field); }
+
+int64_t identity_hash(const std::string& identity) { return int64_t(Fnv1a64().add_field(identity).value()); }
 
 }  // namespace
 
@@ -76,6 +79,7 @@ StateDict MixtureStream::state_dict() const {
     state[key(i, "position")] = scalar_state(sources_[i].spec.stream->position());
     state[key(i, "epoch")] = scalar_state(sources_[i].epoch);
     state[key(i, "tokens")] = scalar_state(sources_[i].tokens);
+    state[key(i, "identity")] = scalar_state(identity_hash(sources_[i].spec.identity));
   }
   return state;
 }
@@ -86,6 +90,13 @@ void MixtureStream::load_state_dict(const StateDict& state) {
   if (saved != int64_t(sources_.size())) {
     throw InputError(fmt::format("checkpoint error: the data loader's state holds a mixture of {} datasets; "
                                  "training.datasets lists {}", saved, sources_.size()));
+  }
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    if (require_state(state, key(i, "identity")).item<int64_t>() != identity_hash(sources_[i].spec.identity)) {
+      throw InputError(fmt::format("checkpoint error: {} is not the dataset the checkpoint's mixture read as its "
+                                   "source {} (a mixture resumes with the same path, format and text_column in the "
+                                   "same order; weights may change)", sources_[i].spec.label, i));
+    }
   }
   draws_ = require_state(state, "stream_position").item<int64_t>();
   for (size_t i = 0; i < sources_.size(); ++i) {

@@ -19,6 +19,9 @@ namespace ctitan::data {
 struct MixtureSource {
   std::string name;   // in metrics: data_tokens/<name>
   std::string label;  // in errors: "training.datasets[1] 'path'"
+  // What the source reads (path, format, text column): a checkpoint's positions resume only the
+  // sources they were saved for, in the same order. Weights may change between runs.
+  std::string identity;
   std::unique_ptr<TokenStream> stream;
   double weight = 1;
 };

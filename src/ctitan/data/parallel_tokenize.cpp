@@ -62,7 +62,7 @@ class DocumentBatchReader {
 
  private:
   const std::vector<DatasetFile>& files_;
-  const DocumentOptions& options_;
+  DocumentOptions options_;
   size_t next_file_ = 0;
   std::unique_ptr<DocumentReader> reader_;
 };

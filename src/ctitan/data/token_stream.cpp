@@ -14,8 +14,9 @@ namespace {
 // Files stream: only the current document is in memory.
 class DocumentStream : public TokenStream {
  public:
-  DocumentStream(std::vector<DatasetFile> files, std::shared_ptr<const Tokenizer> tok, DocumentOptions options)
-      : files_(std::move(files)), tokenizer_(std::move(tok)), options_(std::move(options)) {}
+  DocumentStream(std::vector<DatasetFile> files, std::shared_ptr<const Tokenizer> tok, DocumentOptions options,
+                 std::string key)
+      : files_(std::move(files)), tokenizer_(std::move(tok)), options_(std::move(options)), key_(std::move(key)) {}
 
   std::optional<std::vector<int32_t>> next() override {
     while (auto doc = next_document()) {
@@ -36,8 +37,8 @@ class DocumentStream : public TokenStream {
     while (position_ < target) {
       if (!reader_) {
         if (next_file_ >= files_.size()) {
-          throw InputError(fmt::format("dataset error: cannot resume at document {}: the dataset has only {}",
-                                       target, position_));
+          throw InputError(fmt::format("dataset error: {}: cannot resume at document {}: the dataset has only {}",
+                                       key_, target, position_));
         }
         reader_ = open_documents(files_[next_file_++], options_);
       }
@@ -65,6 +66,7 @@ class DocumentStream : public TokenStream {
   std::vector<DatasetFile> files_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   DocumentOptions options_;
+  std::string key_;
   size_t next_file_ = 0;
   std::unique_ptr<DocumentReader> reader_;
   int64_t position_ = 0;
@@ -104,6 +106,11 @@ class TokenFilesStream : public TokenStream {
 StateDict TokenStream::state_dict() const { return {{"stream_position", scalar_state(position())}}; }
 
 void TokenStream::load_state_dict(const StateDict& state) {
+  // A mixture's draw count is no document index: resuming it here would start at the wrong place.
+  if (state.count("mixture.sources")) {
+    throw InputError("checkpoint error: the data loader's state is a mixture's ([[training.datasets]]); "
+                     "this run reads one dataset (training.dataset_path)");
+  }
   seek(require_state(state, "stream_position").item<int64_t>());
 }
 
@@ -115,14 +122,18 @@ std::optional<std::vector<int32_t>> encode_document(const Tokenizer& tokenizer, 
 std::unique_ptr<TokenStream> open_token_stream(const std::string& path, const std::string& format,
                                                std::shared_ptr<const Tokenizer> tokenizer, const std::string& key,
                                                const DocumentOptions& options) {
-  auto files = list_dataset_files(path, format, key);
+  return open_token_stream(list_dataset_files(path, format, key), std::move(tokenizer), key, options);
+}
+
+std::unique_ptr<TokenStream> open_token_stream(std::vector<DatasetFile> files, std::shared_ptr<const Tokenizer> tokenizer,
+                                               const std::string& key, const DocumentOptions& options) {
   if (files.front().format->tokens) {
     std::vector<fs::path> token_files;
     for (const auto& file : files) token_files.push_back(file.path);
     return std::make_unique<TokenFilesStream>(token_files);
   }
   if (!tokenizer) throw InputError(fmt::format("dataset error: {} holds text; set model.tokenizer_path", key));
-  return std::make_unique<DocumentStream>(std::move(files), std::move(tokenizer), options);
+  return std::make_unique<DocumentStream>(std::move(files), std::move(tokenizer), options, key);
 }
 
 }  // namespace ctitan::data

@@ -12,6 +12,7 @@
 
 #include "ctitan/common/state_dict.h"
 #include "ctitan/data/dataset_format.h"
+#include "ctitan/data/documents.h"
 #include "ctitan/data/tokenizer.h"
 
 namespace ctitan::data {
@@ -42,5 +43,8 @@ std::optional<std::vector<int32_t>> encode_document(const Tokenizer& tokenizer, 
 std::unique_ptr<TokenStream> open_token_stream(const std::string& path, const std::string& format,
                                                std::shared_ptr<const Tokenizer> tokenizer, const std::string& key,
                                                const DocumentOptions& options = {});
+// The same over files already listed (list_dataset_files; non-empty, all tokens or all documents).
+std::unique_ptr<TokenStream> open_token_stream(std::vector<DatasetFile> files, std::shared_ptr<const Tokenizer> tokenizer,
+                                               const std::string& key, const DocumentOptions& options = {});
 
 }  // namespace ctitan::data

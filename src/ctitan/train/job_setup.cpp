@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "ctitan/components/loss.h"
@@ -28,22 +29,31 @@ JobSeed seed_job(const config::JobConfig& config, torch::Device device) {
 
 namespace {
 
-// A mixture source's name in metrics: its own, else the last component of its path (the folder
-// of a glob), made unique with its index.
-std::string source_name(const config::DatasetSource& s, size_t index, const std::vector<config::DatasetSource>& all) {
-  if (!s.name.empty()) return s.name;
-  std::filesystem::path p(s.path);
+// The last component of a source's path (the folder of a glob).
+std::string path_name(const std::string& path) {
+  std::filesystem::path p = std::filesystem::path(path).lexically_normal();
   if (p.filename().string().find_first_of("*?[") != std::string::npos) p = p.parent_path();
-  std::string name = p.lexically_normal().filename().string();
-  if (name.empty() || name == "." || name == "..") name = p.lexically_normal().parent_path().filename().string();
-  size_t same = 0;
-  for (size_t i = 0; i < all.size(); ++i) same += all[i].name.empty() && all[i].path == s.path;
-  return same > 1 || name.empty() ? fmt::format("{}{}", name, index) : name;
+  if (p.filename().empty() || p.filename() == "." || p.filename() == "..") p = p.parent_path();
+  return p.filename().string();
+}
+
+// The mixture sources' names in metrics (data_tokens/<name>): each its own (config_checks makes
+// them unique), else its path's, with its index appended when another source would share it.
+std::vector<std::string> source_names(const std::vector<config::DatasetSource>& sources) {
+  std::vector<std::string> names;
+  for (const auto& s : sources) names.push_back(s.name.empty() ? path_name(s.path) : s.name);
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (!sources[i].name.empty()) continue;
+    const bool shared = names[i].empty() || std::count(names.begin(), names.end(), names[i]) > 1;
+    if (shared) names[i] = fmt::format("{}{}", names[i], i);
+  }
+  return names;
 }
 
 // [[training.datasets]]: each entry a stream of documents, drawn by the mixture with debug.seed.
 std::unique_ptr<data::TokenStream> open_mixture(const config::JobConfig& config, const JobSeed& job) {
   const auto& sources = config.training.datasets;
+  const auto names = source_names(sources);
   std::vector<data::MixtureSource> streams;
   for (size_t i = 0; i < sources.size(); ++i) {
     const auto& s = sources[i];
@@ -54,8 +64,8 @@ std::unique_ptr<data::TokenStream> open_mixture(const config::JobConfig& config,
       throw InputError(fmt::format("dataset error: {} holds token files; a mixture draws documents "
                                    "(text, JSONL or Parquet)", label));
     }
-    streams.push_back({source_name(s, i, sources), label,
-                       data::open_token_stream(s.path, s.format, job.tokenizer, label, {s.text_column}), s.weight});
+    streams.push_back({names[i], label, fmt::format("{}\n{}\n{}", s.path, s.format, s.text_column),
+                       data::open_token_stream(std::move(files), job.tokenizer, label, {s.text_column}), s.weight});
   }
   return std::make_unique<data::MixtureStream>(std::move(streams), uint64_t(config.debug.seed));
 }
