@@ -13,7 +13,9 @@ set(CTITAN_ARROW_ROOT "" CACHE PATH "Arrow C++ headers and libraries (the pyarro
 if(CTITAN_WITH_ARROW)
   # Found from a Python that has changed since (another venv): found again, so that the headers
   # and libraries stay those of the pyarrow beside the build's torch.
-  if(CTITAN_ARROW_ROOT_FROM_PYTHON AND NOT CTITAN_ARROW_ROOT_FROM_PYTHON STREQUAL "${CTITAN_PYTHON}")
+  # A root the user named (not the one found) is kept.
+  if(CTITAN_ARROW_ROOT_FOUND AND CTITAN_ARROW_ROOT STREQUAL CTITAN_ARROW_ROOT_FOUND
+     AND NOT CTITAN_ARROW_ROOT_FROM_PYTHON STREQUAL "${CTITAN_PYTHON}")
     set(CTITAN_ARROW_ROOT "" CACHE PATH "" FORCE)
   endif()
   if(NOT CTITAN_ARROW_ROOT AND CTITAN_PYTHON)
@@ -23,6 +25,7 @@ if(CTITAN_WITH_ARROW)
     if(CTITAN_PYARROW_RESULT EQUAL 0)
       set(CTITAN_ARROW_ROOT ${CTITAN_PYARROW_DIR} CACHE PATH "" FORCE)
       set(CTITAN_ARROW_ROOT_FROM_PYTHON ${CTITAN_PYTHON} CACHE INTERNAL "the Python CTITAN_ARROW_ROOT was found from")
+      set(CTITAN_ARROW_ROOT_FOUND ${CTITAN_PYARROW_DIR} CACHE INTERNAL "the CTITAN_ARROW_ROOT found from it")
     endif()
   endif()
   if(NOT CTITAN_ARROW_ROOT)

@@ -100,6 +100,23 @@ TEST(CliDatasetMixture, ParquetAndJsonlTrainLogTheirTokensAndResumeInEveryLayout
     EXPECT_EQ(got[s]["data_tokens/shards"], expected[s]["data_tokens/shards"]) << "step " << s;
   }
 
+  // The checkpoint's mixture resumes only the same sources in the same order: swapped, or one
+  // dataset instead, the run stops before training, naming what differs.
+  const std::string swapped = "[{path = \"" + (data.path() / "docs.jsonl").string() + "\", weight = 1}, {path = \"" +
+                              (data.path() / "shards").string() + "\", weight = 3}]";
+  for (const auto& [change, says] : std::vector<std::pair<Args, std::string>>{
+           {{"--training.datasets", swapped}, "training.datasets[0] '" + (data.path() / "docs.jsonl").string() +
+                                                  "' is not the dataset the checkpoint's mixture read"},
+           {{"--training.datasets", "[]", "--training.dataset_path", (data.path() / "shards").string()},
+            "the data loader's state is a mixture's"}}) {
+    testing::TempDir other;
+    fs::copy(one.path() / "checkpoint", other.path() / "checkpoint", fs::copy_options::recursive);
+    fs::remove_all(other.path() / "checkpoint" / "step-20");
+    auto refused = testing::run_ctitan(concat(mixture_job(data.path(), other.path()), change));
+    EXPECT_EQ(refused.exit_code, 1) << refused.output;
+    EXPECT_NE(refused.output.find(says), std::string::npos) << refused.output;
+  }
+
   // FSDP over 2 ranks (2 sequences each: the same global batch), resumed at step 10 in one process.
   // FSDP and one process differ only in summation order, so the loss agrees to 1e-4 relative
   // (as CliCheckpoint's resharding tests argue), while a window read twice or skipped moves it by
@@ -135,6 +152,17 @@ TEST(CliDatasetMixture, DataPrepareTokenizesParquetShardsThroughAGlob) {
   }
   data::TokenFileReader written(dir.file("shards.bin"));
   EXPECT_EQ(written.read(0, written.size()), want);
+
+  // tokenizer train reads the text column it is told to, and names the one it cannot find.
+  testing::write_file(dir.file("code.jsonl"), "{\"content\": \"def f(): return 1\"}\n{\"content\": \"x = f()\"}\n");
+  auto trained = testing::run_ctitan({"tokenizer", "train", "--input", dir.file("code.jsonl"), "--text-column", "content",
+                                      "--vocab-size", "270", "--output", dir.file("code.model")});
+  EXPECT_EQ(trained.exit_code, 0) << trained.output;
+  auto wrong = testing::run_ctitan({"tokenizer", "train", "--input", dir.file("code.jsonl"), "--vocab-size", "270",
+                                    "--output", dir.file("code2.model")});
+  EXPECT_EQ(wrong.exit_code, 1) << wrong.output;
+  EXPECT_NE(wrong.output.find(dir.file("code.jsonl") + ":1: expected a JSON object with a string \"text\" field"),
+            std::string::npos) << wrong.output;
 }
 
 }  // namespace

@@ -171,7 +171,7 @@ TEST(ParquetDataset, BadFilesAreOneLineNamingTheFile) {
     read_parquet(dir.file("list.parquet"), "text.list.element");
     ADD_FAILURE() << "a list's element column was read as one document per row";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("column 'text.list.element' is nested"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("column 'text.list.element' is inside a list"), std::string::npos) << e.what();
   }
   for (const auto& [name, says] : cases) {
     try {

@@ -87,6 +87,10 @@ StateDict MixtureStream::state_dict() const {
 void MixtureStream::load_state_dict(const StateDict& state) {
   auto it = state.find("mixture.sources");
   const int64_t saved = it == state.end() ? 0 : it->second.item<int64_t>();
+  if (saved == 0) {
+    throw InputError(fmt::format("checkpoint error: the data loader's state is of one dataset (training.dataset_path); "
+                                 "this run reads a mixture of {} ([[training.datasets]])", sources_.size()));
+  }
   if (saved != int64_t(sources_.size())) {
     throw InputError(fmt::format("checkpoint error: the data loader's state holds a mixture of {} datasets; "
                                  "training.datasets lists {}", saved, sources_.size()));

@@ -44,8 +44,8 @@ class ParquetDocumentReader : public DocumentReader {
       // A string inside a list ("texts.list.element") has many values per row: reading counts
       // values, skipping counts rows, and positions would mean two things.
       if (column->max_repetition_level() > 0) {
-        throw InputError(fmt::format("dataset error: {}: column '{}' is nested (a list or a struct), not one string "
-                                     "per row", file.string(), options.text_column));
+        throw InputError(fmt::format("dataset error: {}: column '{}' is inside a list, not one string per row",
+                                     file.string(), options.text_column));
       }
       const bool is_string = column->physical_type() == parquet::Type::BYTE_ARRAY &&
                              (column->logical_type()->is_string() ||

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "ctitan/components/loss.h"
 #include "ctitan/config/config_fields.h"
@@ -37,23 +38,36 @@ std::string path_name(const std::string& path) {
   return p.filename().string();
 }
 
-// The mixture sources' names in metrics (data_tokens/<name>): each its own (config_checks makes
-// them unique), else its path's, with its index appended when another source would share it.
-std::vector<std::string> source_names(const std::vector<config::DatasetSource>& sources) {
+}  // namespace
+
+std::vector<std::string> mixture_source_names(const std::vector<config::DatasetSource>& sources) {
   std::vector<std::string> names;
   for (const auto& s : sources) names.push_back(s.name.empty() ? path_name(s.path) : s.name);
+  std::set<std::string> taken;  // explicit names (config_checks makes them unique), then each one given
+  for (const auto& s : sources) {
+    if (!s.name.empty()) taken.insert(s.name);
+  }
+  const auto derived = names;  // before any is changed
   for (size_t i = 0; i < sources.size(); ++i) {
     if (!sources[i].name.empty()) continue;
-    const bool shared = names[i].empty() || std::count(names.begin(), names.end(), names[i]) > 1;
-    if (shared) names[i] = fmt::format("{}{}", names[i], i);
+    const bool shared = names[i].empty() || taken.count(names[i]) ||
+                        std::count(derived.begin(), derived.end(), names[i]) > 1;
+    if (shared) {
+      std::string candidate = fmt::format("{}{}", names[i], i);
+      while (taken.count(candidate) || std::count(derived.begin(), derived.end(), candidate)) candidate += "_";
+      names[i] = candidate;
+    }
+    taken.insert(names[i]);
   }
   return names;
 }
 
+namespace {
+
 // [[training.datasets]]: each entry a stream of documents, drawn by the mixture with debug.seed.
 std::unique_ptr<data::TokenStream> open_mixture(const config::JobConfig& config, const JobSeed& job) {
   const auto& sources = config.training.datasets;
-  const auto names = source_names(sources);
+  const auto names = mixture_source_names(sources);
   std::vector<data::MixtureSource> streams;
   for (size_t i = 0; i < sources.size(); ++i) {
     const auto& s = sources[i];
@@ -64,7 +78,11 @@ std::unique_ptr<data::TokenStream> open_mixture(const config::JobConfig& config,
       throw InputError(fmt::format("dataset error: {} holds token files; a mixture draws documents "
                                    "(text, JSONL or Parquet)", label));
     }
-    streams.push_back({names[i], label, fmt::format("{}\n{}\n{}", s.path, s.format, s.text_column),
+    // Length-prefixed fields of the normalised path (./data/web is data/web), format and column.
+    const std::string path = std::filesystem::path(s.path).lexically_normal().string();
+    const std::string identity = fmt::format("{}:{}{}:{}{}:{}", path.size(), path, s.format.size(), s.format,
+                                             s.text_column.size(), s.text_column);
+    streams.push_back({names[i], label, identity,
                        data::open_token_stream(std::move(files), job.tokenizer, label, {s.text_column}), s.weight});
   }
   return std::make_unique<data::MixtureStream>(std::move(streams), uint64_t(config.debug.seed));

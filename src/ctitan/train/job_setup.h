@@ -28,6 +28,11 @@ JobSeed seed_job(const config::JobConfig& config, torch::Device device);
 
 enum class DataSplit { kTraining, kValidation };
 
+// The names of [[training.datasets]]' sources in metrics (data_tokens/<name>), all different:
+// each entry's `name`, else its path's last component (the folder of a glob), with the entry's
+// index (and underscores, if need be) appended when another source has or would have it.
+std::vector<std::string> mixture_source_names(const std::vector<config::DatasetSource>& sources);
+
 // The packed loader of the training data, or of the validation data (validation.dataset_path
 // and .dataset, falling back to training's), for data-parallel rank `dp_rank` of `dp_degree`:
 // window i of the global order goes to rank i % dp_degree.
