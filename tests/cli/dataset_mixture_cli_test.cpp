@@ -1,6 +1,6 @@
 // Parquet and mixtures end to end through `ctitan train`, `ctitan run` and `ctitan data prepare`:
 // a weighted mixture of Parquet shards and a JSONL file trains, logs its per-source token counts,
-// resumes bit for bit, and resumes from a 2-rank FSDP checkpoint in one process as an
+// resumes bit for bit, and resumes from 2-rank FSDP and DDP checkpoints in one process as an
 // uninterrupted one-process run trains; data prepare reads Parquet shards through a glob.
 #include <gtest/gtest.h>
 
@@ -117,23 +117,27 @@ TEST(CliDatasetMixture, ParquetAndJsonlTrainLogTheirTokensAndResumeInEveryLayout
     EXPECT_NE(refused.output.find(says), std::string::npos) << refused.output;
   }
 
-  // FSDP over 2 ranks (2 sequences each: the same global batch), resumed at step 10 in one process.
-  // FSDP and one process differ only in summation order, so the loss agrees to 1e-4 relative
-  // (as CliCheckpoint's resharding tests argue), while a window read twice or skipped moves it by
-  // percents.
-  auto sharded = testing::run_ctitan(concat({"run", "--nproc-per-node", "2", "--master-port", "0"},
-      concat(mixture_job(data.path(), fsdp.path()), {"--training.local_batch_size", "2",
-                                                      "--parallelism.data_parallel_shard_degree", "2"})));
-  ASSERT_EQ(sharded.exit_code, 0) << sharded.output;
-  fs::remove_all(fsdp.path() / "checkpoint" / "step-20");  // as if it had stopped after step 10
-  auto continued = testing::run_ctitan(mixture_job(data.path(), fsdp.path()));
-  ASSERT_EQ(continued.exit_code, 0) << continued.output;
-  EXPECT_NE(continued.output.find("resumed from checkpoint"), std::string::npos) << continued.output;
-  auto after = rows_by_step(fsdp.path());
-  for (int64_t s = 11; s <= 20; ++s) {
-    const double want = expected[s]["loss"].get<double>();
-    EXPECT_NEAR(after[s]["loss"].get<double>(), want, 1e-4 * want) << "step " << s;
-    EXPECT_EQ(after[s]["data_tokens/shards"], expected[s]["data_tokens/shards"]) << "step " << s;
+  // FSDP, then DDP, over 2 ranks (2 sequences each: the same global batch), resumed at step 10 in
+  // one process. Both differ from one process only in summation order, so the loss agrees to 1e-4
+  // relative (as CliCheckpoint's resharding tests argue), while a window read twice or skipped
+  // moves it by percents.
+  testing::TempDir ddp;
+  for (const auto& [out, layout] : std::vector<std::pair<fs::path, Args>>{
+           {fsdp.path(), {"--parallelism.data_parallel_shard_degree", "2"}},
+           {ddp.path(), {"--parallelism.data_parallel_replicate_degree", "2", "--parallelism.data_parallel_shard_degree", "1"}}}) {
+    auto sharded = testing::run_ctitan(concat({"run", "--nproc-per-node", "2", "--master-port", "0"},
+        concat(mixture_job(data.path(), out), concat({"--training.local_batch_size", "2"}, layout))));
+    ASSERT_EQ(sharded.exit_code, 0) << sharded.output;
+    fs::remove_all(out / "checkpoint" / "step-20");  // as if it had stopped after step 10
+    auto continued = testing::run_ctitan(mixture_job(data.path(), out));
+    ASSERT_EQ(continued.exit_code, 0) << continued.output;
+    EXPECT_NE(continued.output.find("resumed from checkpoint"), std::string::npos) << continued.output;
+    auto after = rows_by_step(out);
+    for (int64_t s = 11; s <= 20; ++s) {
+      const double want = expected[s]["loss"].get<double>();
+      EXPECT_NEAR(after[s]["loss"].get<double>(), want, 1e-4 * want) << layout[0] << " step " << s;
+      EXPECT_EQ(after[s]["data_tokens/shards"], expected[s]["data_tokens/shards"]) << layout[0] << " step " << s;
+    }
   }
 }
 
