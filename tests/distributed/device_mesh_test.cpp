@@ -70,6 +70,33 @@ TEST(ParallelDims, ResolvesTheRestAndNamesTheDegreesOnMismatch) {
   }
 }
 
+// torchtitan's CP: a cp dimension between dp_shard and tp, dp_shard = -1 takes what cp leaves,
+// and FSDP shards over dp_shard x cp even where dp_shard is 1 (HSDP when replicated).
+TEST(ParallelDims, ContextParallelSitsBetweenDpShardAndTpAndShardsWithFsdp) {
+  config::Parallelism p;
+  p.context_parallel_degree = 2;
+  p.tensor_parallel_degree = 2;
+  auto d = ParallelDims::from_config(p, 8);
+  EXPECT_EQ(d.dp_shard, 2);
+  using Dims = std::vector<std::pair<std::string, int64_t>>;
+  EXPECT_EQ(d.mesh_dims(), (Dims{{"dp_shard", 2}, {"cp", 2}, {"tp", 2}}));
+  p.data_parallel_replicate_degree = 2;
+  p.data_parallel_shard_degree = 1;
+  p.tensor_parallel_degree = 1;
+  d = ParallelDims::from_config(p, 4);
+  EXPECT_TRUE(d.fsdp_enabled());
+  EXPECT_FALSE(d.ddp_enabled());
+  EXPECT_EQ(d.dp(), 2);
+  p.data_parallel_replicate_degree = 1;
+  p.data_parallel_shard_degree = 2;
+  try {
+    ParallelDims::from_config(p, 2);
+    FAIL() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("context_parallel_degree (2)"), std::string::npos) << e.what();
+  }
+}
+
 // #34: tp 2^62 x pp 4 overflowed the product to 0, and resolving data_parallel_shard_degree = -1
 // divided by it (SIGFPE). Any product beyond the world size is refused by name instead.
 TEST(ParallelDims, DegreesWhoseProductOverflowsAreRefusedByName) {

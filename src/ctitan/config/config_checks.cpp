@@ -97,6 +97,14 @@ void check_config(const JobConfig& c) {
           fmt::format("parallelism.tensor_parallel_degree must be >= 1 (got {})", p.tensor_parallel_degree));
   require(p.pipeline_parallel_degree >= 1,
           fmt::format("parallelism.pipeline_parallel_degree must be >= 1 (got {})", p.pipeline_parallel_degree));
+  require(p.context_parallel_degree >= 1,
+          fmt::format("parallelism.context_parallel_degree must be >= 1 (got {})", p.context_parallel_degree));
+  // Head-tail load balancing cuts every sequence into 2 x cp equal chunks (parallel/cp/load_balance.h).
+  require(p.context_parallel_degree == 1 || (p.context_parallel_degree <= (int64_t(1) << 24) &&
+                                             c.training.seq_len % (2 * p.context_parallel_degree) == 0),
+          fmt::format("training.seq_len {} is not divisible by 2 x parallelism.context_parallel_degree ({}): "
+                      "context parallelism cuts each sequence into 2 x cp equal chunks",
+                      c.training.seq_len, p.context_parallel_degree));
   require(p.pipeline_parallel_microbatch_size >= 1,
           fmt::format("parallelism.pipeline_parallel_microbatch_size must be >= 1 (got {})", p.pipeline_parallel_microbatch_size));
   require(p.pipeline_parallel_layers_per_stage == -1 || p.pipeline_parallel_layers_per_stage >= 1,
@@ -185,6 +193,7 @@ void check_size_ranges(const JobConfig& c) {
   for (auto [key, v] : {std::pair{"data_parallel_replicate_degree", p.data_parallel_replicate_degree},
                         {"data_parallel_shard_degree", p.data_parallel_shard_degree},
                         {"tensor_parallel_degree", p.tensor_parallel_degree},
+                        {"context_parallel_degree", p.context_parallel_degree},
                         {"pipeline_parallel_degree", p.pipeline_parallel_degree},
                         {"pipeline_parallel_microbatch_size", p.pipeline_parallel_microbatch_size},
                         {"pipeline_parallel_layers_per_stage", p.pipeline_parallel_layers_per_stage}}) {

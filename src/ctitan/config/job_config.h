@@ -133,6 +133,9 @@ struct Parallelism {
   int64_t tensor_parallel_degree = 1;           // TP dimension (innermost: tp ranks of a group are adjacent)
   bool disable_loss_parallel = false;           // TP: gather the vocab-sharded logits before the loss
   bool enable_async_tensor_parallel = false;    // TP: collectives fused with the matmuls beside them, overlapped
+  // Context parallelism (parallel/cp/): each rank of a cp group holds 2 of the 2 x cp chunks of every
+  // sequence (head-tail load balancing); attention passes keys and values around the ring.
+  int64_t context_parallel_degree = 1;
   // Pipeline parallelism (parallel/pipeline/): the outermost mesh dimension.
   int64_t pipeline_parallel_degree = 1;
   std::string pipeline_parallel_schedule = "1F1B";   // GPipe | 1F1B | Interleaved1F1B

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -193,9 +194,18 @@ std::unique_ptr<DistContext> init_distributed(const config::JobConfig& config, c
     if (n == "dp_replicate" || n == "dp_shard") dp_dims.push_back(n);
   }
   if (!dp_dims.empty()) ctx->mesh->flatten(dp_dims, "dp");
+  auto batch_dims = dp_dims;  // the ranks that compute the global batch between them
+  if (ctx->dims.cp_enabled()) {
+    batch_dims.push_back("cp");
+    ctx->mesh->flatten(batch_dims, "dp_cp");
+    // FSDP's group (torchtitan's name); HSDP with dp_shard 1 has no dp_shard dimension.
+    std::vector<std::string> shard_dims{"cp"};
+    if (std::find(names.begin(), names.end(), "dp_shard") != names.end()) shard_dims.insert(shard_dims.begin(), "dp_shard");
+    ctx->mesh->flatten(shard_dims, "dp_shard_cp");
+  }
   if (ctx->dims.pp_enabled()) {
     // The ranks whose losses add up to the step's loss: ranks without the last stage add 0.
-    auto loss_dims = dp_dims;
+    auto loss_dims = batch_dims;
     loss_dims.insert(loss_dims.begin(), "pp");
     ctx->mesh->flatten(loss_dims, "loss");
   }

@@ -22,11 +22,18 @@ struct DistContext {
   ParallelDims dims;
   c10::intrusive_ptr<c10d::Store> store;
   std::shared_ptr<Communicator> world;
-  std::unique_ptr<DeviceMesh> mesh;  // dims with size > 1; "dp" flattens dp_replicate x dp_shard
+  // Dims with size > 1; "dp" flattens dp_replicate x dp_shard; with cp, "dp_shard_cp" (FSDP's
+  // group) and "dp_cp" (the ranks that compute the global batch between them).
+  std::unique_ptr<DeviceMesh> mesh;
 
-  // The ranks whose losses add up to the step's loss: the data-parallel ranks, and under PP
-  // their pipelines' ranks too (those without the last stage add an exact 0).
-  std::shared_ptr<Communicator> loss_group() const { return mesh->group(dims.pp_enabled() ? "loss" : "dp"); }
+  // The ranks whose losses add up to the step's loss: the data-parallel ranks, each context-
+  // parallel rank's share of its sequences, and under PP their pipelines' ranks too (those
+  // without the last stage add an exact 0).
+  std::shared_ptr<Communicator> loss_group() const {
+    return mesh->group(dims.pp_enabled() ? "loss" : dims.cp_enabled() ? "dp_cp" : "dp");
+  }
+  // The ranks whose sums over tokens add up to the global batch's (dp, and cp's slices of it).
+  std::shared_ptr<Communicator> batch_group() const { return mesh->group(dims.cp_enabled() ? "dp_cp" : "dp"); }
 };
 
 // Joins the job described by `env`, or makes a world of one when it names no other rank.

@@ -11,6 +11,7 @@ ParallelDims ParallelDims::from_config(const config::Parallelism& p, int64_t wor
   d.world_size = world_size;
   d.dp_replicate = p.data_parallel_replicate_degree;
   d.tp = p.tensor_parallel_degree;
+  d.cp = p.context_parallel_degree;
   d.pp = p.pipeline_parallel_degree;
   d.dp_shard = p.data_parallel_shard_degree;
   // Degrees near 2^63 would overflow the product (to 0: a division by zero below): a product
@@ -22,22 +23,23 @@ ParallelDims ParallelDims::from_config(const config::Parallelism& p, int64_t wor
     }
     return total;
   };
-  const int64_t fixed = product({d.pp, d.dp_replicate, d.tp});
+  const int64_t fixed = product({d.pp, d.dp_replicate, d.cp, d.tp});
   if (fixed < 1 || (d.dp_shard != -1 && product({fixed, d.dp_shard}) < 1)) {
     throw ConfigError(fmt::format(
         "parallelism: pipeline_parallel_degree ({}) x data_parallel_replicate_degree ({}) x "
-        "data_parallel_shard_degree ({}) x tensor_parallel_degree ({}) is not a product of positive degrees "
-        "that fits the world size {}",
-        d.pp, d.dp_replicate, d.dp_shard, d.tp, world_size));
+        "data_parallel_shard_degree ({}) x context_parallel_degree ({}) x tensor_parallel_degree ({}) is not a "
+        "product of positive degrees that fits the world size {}",
+        d.pp, d.dp_replicate, d.dp_shard, d.cp, d.tp, world_size));
   }
   if (d.dp_shard == -1) d.dp_shard = std::max<int64_t>(1, world_size / fixed);
-  if (d.pp * d.dp_replicate * d.dp_shard * d.tp != world_size) {
+  if (d.pp * d.dp_replicate * d.dp_shard * d.cp * d.tp != world_size) {
     throw ConfigError(fmt::format(
-        "parallelism: {}data_parallel_replicate_degree ({}) x data_parallel_shard_degree ({}) x "
+        "parallelism: {}data_parallel_replicate_degree ({}) x data_parallel_shard_degree ({}) x {}"
         "tensor_parallel_degree ({}) = {} does not equal the world size {}",
         d.pp > 1 ? fmt::format("pipeline_parallel_degree ({}) x ", d.pp) : "", d.dp_replicate,
-        p.data_parallel_shard_degree == -1 ? fmt::format("-1 -> {}", d.dp_shard) : std::to_string(d.dp_shard), d.tp,
-        d.pp * d.dp_replicate * d.dp_shard * d.tp, world_size));
+        p.data_parallel_shard_degree == -1 ? fmt::format("-1 -> {}", d.dp_shard) : std::to_string(d.dp_shard),
+        d.cp > 1 ? fmt::format("context_parallel_degree ({}) x ", d.cp) : "", d.tp,
+        d.pp * d.dp_replicate * d.dp_shard * d.cp * d.tp, world_size));
   }
   return d;
 }
@@ -45,7 +47,7 @@ ParallelDims ParallelDims::from_config(const config::Parallelism& p, int64_t wor
 std::vector<std::pair<std::string, int64_t>> ParallelDims::mesh_dims() const {
   std::vector<std::pair<std::string, int64_t>> dims;
   for (auto [name, size] : {std::pair<const char*, int64_t>{"pp", pp}, {"dp_replicate", dp_replicate},
-                            {"dp_shard", dp_shard}, {"tp", tp}}) {
+                            {"dp_shard", dp_shard}, {"cp", cp}, {"tp", tp}}) {
     if (size > 1) dims.emplace_back(name, size);
   }
   return dims;

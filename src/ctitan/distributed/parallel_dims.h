@@ -12,6 +12,7 @@ namespace ctitan::distributed {
 struct ParallelDims {
   int64_t dp_replicate = 1;
   int64_t dp_shard = 1;
+  int64_t cp = 1;
   int64_t tp = 1;
   int64_t pp = 1;
   int64_t world_size = 1;
@@ -21,13 +22,16 @@ struct ParallelDims {
   static ParallelDims from_config(const config::Parallelism& p, int64_t world_size);
 
   int64_t dp() const { return dp_replicate * dp_shard; }
-  bool ddp_enabled() const { return dp_replicate > 1 && dp_shard == 1; }
-  bool fsdp_enabled() const { return dp_shard > 1; }
+  bool ddp_enabled() const { return dp_replicate > 1 && !fsdp_enabled(); }
+  // FSDP shards over dp_shard x cp, as torchtitan's dp_shard_cp: context parallelism's ranks hold
+  // the same parameters and compute gradients of different tokens, which FSDP's reduce-scatter sums.
+  bool fsdp_enabled() const { return dp_shard * cp > 1; }
+  bool cp_enabled() const { return cp > 1; }
   bool tp_enabled() const { return tp > 1; }
   bool pp_enabled() const { return pp > 1; }
 
   // The mesh's named dimensions, outermost first, sizes > 1 only (torchtitan's order:
-  // pp, dp_replicate, dp_shard, tp).
+  // pp, dp_replicate, dp_shard, cp, tp).
   std::vector<std::pair<std::string, int64_t>> mesh_dims() const;
 };
 

@@ -98,6 +98,7 @@ double collective_bandwidth(const HardwareProfile& hw, int64_t span) {
 
 bool cpu_walk_follows(const config::JobConfig& config) {
   return config.parallelism.tensor_parallel_degree == 1 && config.parallelism.pipeline_parallel_degree == 1 &&
+         config.parallelism.context_parallel_degree == 1 &&
          config.activation_checkpoint.mode == config::ActivationCheckpointMode::kNone;
 }
 
@@ -113,9 +114,10 @@ JobShape job_shape_from_config(const config::JobConfig& config, const models::Mo
   job.degrees.tp = p.tensor_parallel_degree;
   job.degrees.pp = p.pipeline_parallel_degree;
   job.degrees.dp_shard = p.data_parallel_shard_degree;
+  const int64_t cp = p.context_parallel_degree;
   if (job.degrees.dp_shard == -1) {
     job.degrees.dp_shard =
-        std::max<int64_t>(1, world_size / (job.degrees.pp * job.degrees.dp_replicate * job.degrees.tp));
+        std::max<int64_t>(1, world_size / (job.degrees.pp * job.degrees.dp_replicate * cp * job.degrees.tp));
   }
   const int64_t dp = job.degrees.dp_replicate * job.degrees.dp_shard;
   const int64_t global = t.global_batch_size > 0 ? t.global_batch_size : t.local_batch_size * dp;
@@ -124,6 +126,13 @@ JobShape job_shape_from_config(const config::JobConfig& config, const models::Mo
                                   global, t.local_batch_size, dp));
   }
   job.grad_accum_steps = global / (t.local_batch_size * dp);
+  // Context parallelism, as the estimate sees it: each rank computes T / cp tokens of every
+  // sequence, and FSDP shards over dp_shard x cp. (Ring attention's key/value buffers and the
+  // attention's whole-sequence keys are not modelled: an approximation, not a walk of the step.)
+  if (cp > 1) {
+    job.seq_len = t.seq_len / cp;
+    job.degrees.dp_shard *= cp;
+  }
   job.bf16 = t.mixed_precision_param == c10::kBFloat16;
   job.reduce_bf16 = t.mixed_precision_reduce == c10::kBFloat16;
   job.reshard_after_forward = p.fsdp_reshard_after_forward;

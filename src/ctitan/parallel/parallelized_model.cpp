@@ -43,14 +43,15 @@ std::unique_ptr<ParallelizedModel> parallelize(models::DeferredModel model, cons
   if (!spec.parallelize_plan) throw std::logic_error("model family " + spec.name + " registers no parallelize plan");
   out->plan_ = spec.parallelize_plan(model.model->args());
   out->parts_.push_back(std::move(model.model));
-  out->ranks_per_batch_ = dist.dims.tp * dist.dims.pp;
-  // torchtitan's order: pipeline split, then per stage TP -> activation checkpointing -> FSDP or
-  // DDP; activation checkpointing also applies to one process. None of them reads a weight, and
+  out->ranks_per_batch_ = dist.dims.tp * dist.dims.pp * dist.dims.cp;
+  // torchtitan's order: pipeline split, then per stage TP -> CP -> activation checkpointing ->
+  // FSDP or DDP; activation checkpointing also applies to one process. None of them reads a weight, and
   // each keeps only this rank's part of it; the weights are drawn once the parts are known:
   // before DDP, which broadcasts rank 0's values as it wraps, or after FSDP, whose shards are
   // written in place.
   if (dist.dims.pp_enabled()) out->apply_pipeline(dist, config, device);
   if (dist.dims.tp_enabled()) out->apply_tensor_parallel(dist, config);
+  if (dist.dims.cp_enabled()) out->apply_context_parallel(dist);
   out->apply_checkpointing(config);
   if (!dist.dims.fsdp_enabled()) out->draw_initial_weights(model.draws);
   out->apply_data_parallel(dist, config);
@@ -109,9 +110,9 @@ void ParallelizedModel::apply_pipeline(const distributed::DistContext& dist, con
   // adds the blocks' outputs onto fp32), or FSDP's param_dtype, in which the embeddings compute.
   const auto dtype = bf16_ && dist.dims.fsdp_enabled() ? torch::kBFloat16 : torch::kFloat;
   // Under TP the stream between blocks is sequence parallel: each tp rank sends its T/tp rows to
-  // the same tp rank of the next stage.
+  // the same tp rank of the next stage; under CP each rank holds T/cp of the sequence.
   pipeline::BoundarySpec boundary{{config.parallelism.pipeline_parallel_microbatch_size,
-                                   config.training.seq_len / dist.dims.tp, args.dim},
+                                   config.training.seq_len / (dist.dims.tp * dist.dims.cp), args.dim},
                                   dtype, device};
   std::map<int, models::TransformerImpl*> stage_models;
   for (size_t i = 0; i < parts_.size(); ++i) stage_models[stage_of_part_[i]] = parts_[i].get();
@@ -137,7 +138,8 @@ void ParallelizedModel::apply_pipeline(const distributed::DistContext& dist, con
 }
 
 void ParallelizedModel::apply_tensor_parallel(const distributed::DistContext& dist, const config::JobConfig& config) {
-  tp::validate_tensor_parallel(args(), config.training.seq_len, dist.dims.tp);
+  // Sequence parallelism splits the tokens this rank holds: T / cp under context parallelism.
+  tp::validate_tensor_parallel(args(), config.training.seq_len / dist.dims.cp, dist.dims.tp);
   if (plan_.tp.sublayers.empty()) {
     throw ConfigError(fmt::format("model.name {} has no tensor-parallel plan: set parallelism.tensor_parallel_degree "
                                   "to 1", config.model.name));
@@ -149,6 +151,19 @@ void ParallelizedModel::apply_tensor_parallel(const distributed::DistContext& di
                "parallel {}{}", dist.dims.tp, models::describe(plan_.tp),
                loss_parallel ? "on" : "off (logits all-gathered)",
                async ? "; async TP (collectives micro-pipelined with their matmuls)" : "");
+}
+
+void ParallelizedModel::apply_context_parallel(const distributed::DistContext& dist) {
+  context_parallel_ = std::make_unique<cp::ContextParallel>(part_pointers(), dist.mesh->group("cp"));
+  spdlog::info("CP over {} ranks: each holds 2 of {} chunks of every sequence (head-tail load balancing), ring "
+               "attention passes keys and values around the cp group; FSDP shards over dp_shard {} x cp {}",
+               dist.dims.cp, 2 * dist.dims.cp, dist.dims.dp_shard, dist.dims.cp);
+}
+
+std::pair<torch::Tensor, torch::Tensor> ParallelizedModel::local_batch(const torch::Tensor& inputs,
+                                                                        const torch::Tensor& labels) {
+  if (!context_parallel_) return {inputs, labels};
+  return context_parallel_->shard_batch(inputs, labels);  // (B, T / cp) each
 }
 
 void ParallelizedModel::apply_checkpointing(const config::JobConfig& config) {
@@ -170,15 +185,19 @@ void ParallelizedModel::apply_data_parallel(const distributed::DistContext& dist
   const auto& p = config.parallelism;
   if (dims.fsdp_enabled()) {
     // Each rank draws its own shards' values (draw_initial_weights), the same on every rank.
-    fsdp::MeshGroups groups{dist.mesh->group("dp_shard"), dims.dp_replicate > 1 ? dist.mesh->group("dp_replicate") : nullptr};
+    // Over dp_shard x cp under context parallelism (torchtitan's dp_shard_cp): the reduce-scatter
+    // also sums the cp ranks' gradients, each of which saw only its chunks of the sequences.
+    fsdp::MeshGroups groups{dist.mesh->group(dims.cp_enabled() ? "dp_shard_cp" : "dp_shard"),
+                            dims.dp_replicate > 1 ? dist.mesh->group("dp_replicate") : nullptr};
     shard_group_ = groups.shard;
     fsdp::MixedPrecisionPolicy mp{bf16_ ? torch::kBFloat16 : torch::kFloat, config.training.mixed_precision_reduce};
     data_parallel_ = wrap_each_part([&](models::TransformerImpl& part) -> PartWrapper {
       return apply_fsdp(part, plan_.fsdp_units, groups, mp, p.fsdp_reshard_after_forward, dims.pp_enabled());
     });
     reduce_every_microbatch_ = p.fsdp_gradient_sync == config::GradientSync::kEveryMicrobatch;
-    spdlog::info("{} over dp_shard {} x dp_replicate {}: params {}, reduce {}, reshard_after_forward {}, "
-                 "gradient sync {}", dims.dp_replicate > 1 ? "HSDP" : "FSDP", dims.dp_shard, dims.dp_replicate,
+    spdlog::info("{} over dp_shard {}{} x dp_replicate {}: params {}, reduce {}, reshard_after_forward {}, "
+                 "gradient sync {}", dims.dp_replicate > 1 ? "HSDP" : "FSDP", dims.dp_shard,
+                 dims.cp_enabled() ? fmt::format(" x cp {}", dims.cp) : "", dims.dp_replicate,
                  *dtype_name(mp.param_dtype), *dtype_name(mp.reduce_dtype), config::name_of(p.fsdp_reshard_after_forward),
                  config::name_of(p.fsdp_gradient_sync));
   } else if (dims.ddp_enabled()) {
@@ -208,8 +227,11 @@ ParallelizedModel::PartWrapper ParallelizedModel::wrap_each_part(
   return all;
 }
 
-torch::Tensor ParallelizedModel::forward_backward(const torch::Tensor& inputs, const torch::Tensor& labels,
+torch::Tensor ParallelizedModel::forward_backward(const torch::Tensor& whole_inputs, const torch::Tensor& whole_labels,
                                                   const torch::Tensor& denominator, bool reduce_grads) {
+  // The denominator counts the whole batch's tokens once (the trainer's count over dp of whole
+  // sequences), so each cp rank's summed loss over its chunks divides by the same global count.
+  auto [inputs, labels] = local_batch(whole_inputs, whole_labels);
   // The pipeline's last stage divides by the same global token count, so nothing is rescaled afterwards.
   if (pipeline_) return pipeline_->run(inputs, labels, denominator, reduce_grads);
   if (data_parallel_) data_parallel_->set_requires_gradient_sync(reduce_grads);
@@ -223,8 +245,9 @@ torch::Tensor ParallelizedModel::forward_backward(const torch::Tensor& inputs, c
   return loss.detach();
 }
 
-torch::Tensor ParallelizedModel::evaluate(const torch::Tensor& inputs, const torch::Tensor& labels) {
+torch::Tensor ParallelizedModel::evaluate(const torch::Tensor& whole_inputs, const torch::Tensor& whole_labels) {
   torch::NoGradGuard no_grad;
+  auto [inputs, labels] = local_batch(whole_inputs, whole_labels);
   // Stages forward the batch in turn; only the last stage's ranks hold a loss.
   if (pipeline_) return pipeline_->evaluate(inputs, labels);
   components::AutocastGuard autocast(bf16_, device_type_);
@@ -272,6 +295,7 @@ StepTimes ParallelizedModel::take_step_times() {
   StepTimes times;
   // TP's collectives block inside forward and backward (and the norms' sum and the grad norm).
   if (tensor_parallel_) times.exposed_comm_seconds += tensor_parallel_->take_exposed_comm_seconds();
+  if (context_parallel_) times.exposed_comm_seconds += context_parallel_->take_exposed_comm_seconds();
   if (data_parallel_) {
     times.exposed_comm_seconds += data_parallel_->take_exposed_comm_seconds();
     times.grad_sync_seconds = data_parallel_->take_grad_sync_seconds();

@@ -20,6 +20,7 @@
 #include "ctitan/models/common/deferred_init.h"
 #include "ctitan/models/common/parallelize_plan.h"
 #include "ctitan/models/common/transformer.h"
+#include "ctitan/parallel/cp/context_parallel.h"
 #include "ctitan/parallel/data_parallel.h"
 #include "ctitan/parallel/pipeline/runtime.h"
 #include "ctitan/parallel/tp/tensor_parallel.h"
@@ -62,7 +63,8 @@ class ParallelizedModel {
   bool reduce_every_microbatch() const { return reduce_every_microbatch_; }
   // Forward only, without grad: the summed token cross-entropy of one batch (inputs, labels on the
   // device), 0-d fp32; under PP only the last stage's ranks hold it and the others hold 0 until
-  // sum_over_stages().
+  // sum_over_stages(); under CP each rank's sum covers its chunks (a sum over the batch group,
+  // DistContext::batch_group, is the batch's).
   torch::Tensor evaluate(const torch::Tensor& inputs, const torch::Tensor& labels);
   // A host sum of evaluate()'s results, summed over the pipeline's stages (collective over pp).
   double sum_over_stages(double value) const;
@@ -94,6 +96,9 @@ class ParallelizedModel {
   ParallelizedModel() = default;
   void apply_pipeline(const distributed::DistContext& dist, const config::JobConfig& config, torch::Device device);
   void apply_tensor_parallel(const distributed::DistContext& dist, const config::JobConfig& config);
+  void apply_context_parallel(const distributed::DistContext& dist);
+  // inputs, labels (B, T) -> what this rank computes: its context-parallel chunks, or all of them.
+  std::pair<torch::Tensor, torch::Tensor> local_batch(const torch::Tensor& inputs, const torch::Tensor& labels);
   void apply_checkpointing(const config::JobConfig& config);
   // Gives this rank's parameters (whole, or their parts) their initial values: every draw is
   // made in order, what this rank does not keep is dropped.
@@ -120,6 +125,7 @@ class ParallelizedModel {
   std::unique_ptr<pipeline::PipelineRuntime> pipeline_;
   // Destroyed before the parts they hook (members are destroyed in reverse order).
   std::unique_ptr<tp::TensorParallel> tensor_parallel_;  // null without TP
+  std::unique_ptr<cp::ContextParallel> context_parallel_;  // null without CP
   std::unique_ptr<DataParallel> data_parallel_;          // DDP, FSDP or HSDP; null without them
   std::shared_ptr<distributed::Communicator> shard_group_;  // FSDP's dp_shard group, else null
   bool reduce_every_microbatch_ = false;

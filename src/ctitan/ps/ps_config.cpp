@@ -38,6 +38,7 @@ PsLayout validate_ps_config(const config::JobConfig& config, int rank, int world
   if (p.data_parallel_replicate_degree != 1) refuse("parallelism.data_parallel_replicate_degree", std::to_string(p.data_parallel_replicate_degree));
   if (p.data_parallel_shard_degree != -1 && p.data_parallel_shard_degree != 1) refuse("parallelism.data_parallel_shard_degree", std::to_string(p.data_parallel_shard_degree));
   if (p.tensor_parallel_degree != 1) refuse("parallelism.tensor_parallel_degree", std::to_string(p.tensor_parallel_degree));
+  if (p.context_parallel_degree != 1) refuse("parallelism.context_parallel_degree", std::to_string(p.context_parallel_degree));
   if (p.pipeline_parallel_degree != 1) refuse("parallelism.pipeline_parallel_degree", std::to_string(p.pipeline_parallel_degree));
   if (config.activation_checkpoint.mode != config::ActivationCheckpointMode::kNone) refuse("activation_checkpoint.mode", "other than none");
   if (config.checkpoint.create_seed_checkpoint) {

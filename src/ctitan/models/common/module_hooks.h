@@ -27,10 +27,17 @@ class ModuleHooks {
   void add_post_forward(const torch::nn::Module& module, Hook hook) { post_[&module].push_back(std::move(hook)); }
   // One around hook per module: a second would have to say how it nests.
   void set_around(const torch::nn::Module& module, Around around) { around_[&module] = std::move(around); }
+  // The causal attention of a training sequence, in place of ops::causal_attention, as
+  // torchtitan's context parallelism swaps SDPA: q (B, T, H, D), k and v (B, T, H_kv, D) before
+  // GQA's repeat (H % H_kv == 0) -> (B, T, H * D). Not used with a KV cache.
+  using Attention = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>;
+  void set_attention(Attention attention) { attention_ = std::move(attention); }
+  const Attention& attention() const { return attention_; }
   void clear() {
     pre_.clear();
     post_.clear();
     around_.clear();
+    attention_ = nullptr;
   }
 
   // forward(input) between `module`'s pre hooks (registration order) and its post hooks.
@@ -50,6 +57,7 @@ class ModuleHooks {
  private:
   std::map<const torch::nn::Module*, std::vector<Hook>> pre_, post_;
   std::map<const torch::nn::Module*, Around> around_;
+  Attention attention_;
 };
 
 }  // namespace ctitan::models

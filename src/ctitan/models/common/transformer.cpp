@@ -90,9 +90,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
     k = cache->keys.slice(1, 0, q_start + T);
     v = cache->values.slice(1, 0, q_start + T);
   }
+  // Causal: position p attends to positions <= p. (B, T, H*D)
+  if (!cache && hooks && hooks->attention()) return project(hooks, wo, hooks->attention()(q, k, v));
   k = repeat_kv(k, n_heads_ / n_kv_heads_);
   v = repeat_kv(v, n_heads_ / n_kv_heads_);
-  // Causal: position p attends to positions <= p. (B, T, H*D)
   return project(hooks, wo, ops::causal_attention(q, k, v, q_start));
 }
 
@@ -162,6 +163,15 @@ const RopeTables& TransformerImpl::rope_for(torch::Device device) {
   return rope_;
 }
 
+RopeTables TransformerImpl::rope_of_tokens(torch::Device device, int64_t T) {
+  const auto& rope = rope_for(device);
+  if (!token_positions_.defined()) return rope;  // ops::rope reads the first T rows
+  TORCH_CHECK(token_positions_.numel() == T, "the model's token positions cover ", token_positions_.numel(),
+              " tokens, the input has ", T);
+  auto rows = token_positions_.to(device);
+  return {rope.cos.index_select(0, rows), rope.sin.index_select(0, rows)};  // each (T, head_dim/2)
+}
+
 std::vector<TransformerBlockImpl*> TransformerImpl::blocks() const {
   std::vector<TransformerBlockImpl*> out;
   out.reserve(layers->size());
@@ -177,7 +187,7 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
     if (tok_embeddings) {
       h = hooks.call(*tok_embeddings, input, [&](const torch::Tensor& x) { return tok_embeddings(x); });  // (B, T, dim)
     }
-    const auto& rope = rope_for(h.device());
+    const auto rope = rope_of_tokens(h.device(), h.size(1));
     for (auto* block : blocks()) {
       // By value: a hook may run the block again during backward, after this forward returned.
       h = hooks.call(*block, h, [block, rope](const torch::Tensor& x) { return block->forward(x, rope); });

@@ -114,6 +114,10 @@ class TransformerImpl : public torch::nn::Module {
   torch::nn::Module* head() const;
   // head()'s weight (vocab_size, dim): output's, or tok_embeddings' when tied.
   torch::Tensor head_weight() const;
+  // The positions in the sequence of forward()'s T tokens, (T,) int64, for RoPE: a rank of
+  // context parallelism holds two chunks of every sequence (parallel/cp/), as HF's position_ids.
+  // Undefined (the default): 0 .. T-1.
+  void set_token_positions(torch::Tensor positions) { token_positions_ = std::move(positions); }
 
   // Run around the forward of the model itself, tok_embeddings, each block (and inside it,
   // attention and feed_forward, and inside those each projection), norm and output.
@@ -129,8 +133,11 @@ class TransformerImpl : public torch::nn::Module {
 
  private:
   const RopeTables& rope_for(torch::Device device);
+  // rope_for()'s rows of the forward's T token positions.
+  RopeTables rope_of_tokens(torch::Device device, int64_t T);
   ModelArgs args_;
   RopeTables rope_;
+  torch::Tensor token_positions_;
 };
 TORCH_MODULE(Transformer);
 

@@ -1,0 +1,157 @@
+// Context parallelism through the launcher on loopback, against one process with the same global
+// batch (tests/support/parity.h argues the fp32 bounds): CP(2), CP(4), CP(2) x FSDP(2),
+// CP(2) x TP(2), CP(2) x PP(2), CP(2) with gradient accumulation, with full activation
+// checkpointing and with grouped-query attention, a long sequence, validation, a CP x FSDP
+// checkpoint resumed in one process, and the configurations CP refuses.
+//
+// What the bounds catch here: torchtitan's CP bugs counted tokens once per cp rank in the loss
+// normaliser (the loss divided by cp), or summed gradients over dp but not cp; either moves the
+// loss or the grad norm by a factor, not by 1e-4.
+#include <gtest/gtest.h>
+
+#include <iostream>
+
+#include "support/parity.h"
+#include "support/test_support.h"
+#include "support/tiny_job.h"
+
+namespace ctitan::context_parallel_cli_test {
+namespace {
+
+using testing::concat;
+using testing::degrees;
+using testing::expect_parity;
+
+std::vector<std::string> cp(int degree) { return {"--parallelism.context_parallel_degree", std::to_string(degree)}; }
+
+const std::vector<std::string> kBatch4 = {"--training.local_batch_size", "4"};
+
+// Two ranks share every sequence (chunks 0 and 3, 1 and 2 of 4); FSDP over dp_shard 1 x cp 2
+// sums their gradients.
+TEST(CliContextParallel, Cp2MatchesOneProcess) {
+  expect_parity("CP(2)", 2, concat(concat(degrees(1, 1), cp(2)), kBatch4));
+}
+
+TEST(CliContextParallel, Cp4MatchesOneProcess) {
+  expect_parity("CP(4)", 4, concat(concat(degrees(1, 1), cp(4)), kBatch4));
+}
+
+// 2 x 2: the data splits over dp_shard only (both cp ranks of a dp rank read the same batch),
+// FSDP shards over all four ranks.
+TEST(CliContextParallel, FsdpTwoByCpTwoMatchesOneProcess) {
+  expect_parity("FSDP(2)xCP(2)", 4, concat(concat(degrees(1, 2), cp(2)), {"--training.local_batch_size", "2"}));
+}
+
+// TP's sequence parallelism splits each cp rank's T / 2 tokens; attention sees a cp rank's
+// tokens with the tp rank's heads.
+TEST(CliContextParallel, CpTwoByTpTwoMatchesOneProcess) {
+  expect_parity("CP(2)xTP(2)", 4, concat(concat(degrees(1, 1, 2), cp(2)), kBatch4));
+}
+
+// Each stage's ranks hold T / 2 tokens between stages; the stage boundary carries them.
+TEST(CliContextParallel, CpTwoByPpTwoMatchesOneProcess) {
+  expect_parity("CP(2)xPP(2)", 4,
+                concat(concat(degrees(1, 1), cp(2)), {"--training.local_batch_size", "4", "--parallelism.pipeline_parallel_degree",
+                                                      "2", "--parallelism.pipeline_parallel_schedule", "1F1B"}));
+}
+
+// Two microbatches of 2 against one batch of 4, full AC (the recomputed forward runs the ring
+// again inside backward), and GQA (keys and values travel with 2 heads for 4 query heads).
+TEST(CliContextParallel, AccumulationCheckpointingAndGqaMatchOneProcess) {
+  const std::vector<std::string> gqa = {"--model.n_kv_heads", "2"};
+  expect_parity("CP(2) 2 microbatches, AC full, GQA", 2,
+                concat(concat(degrees(1, 1), cp(2)),
+                       concat(gqa, {"--training.local_batch_size", "2", "--training.global_batch_size", "4",
+                                    "--activation_checkpoint.mode", "full"})),
+                concat(gqa, kBatch4));
+}
+
+// A 1024-token sequence over 4 ranks: 8 chunks of 128.
+TEST(CliContextParallel, Cp4AtSequence1024MatchesOneProcess) {
+  const std::vector<std::string> long_seq = {"--training.seq_len", "1024", "--training.local_batch_size", "2"};
+  auto single = testing::run_tiny_job(1, concat(testing::kThirtySteps, long_seq));
+  auto sharded = testing::run_tiny_job(4, concat(testing::kThirtySteps, concat(concat(degrees(1, 1), cp(4)), long_seq)));
+  auto d = testing::compare_runs(single, sharded, 30);
+  std::cout << "CP(4) seq 1024 vs 1 process: max relative difference loss " << d.loss << ", grad_norm " << d.grad_norm
+            << "\n";
+  EXPECT_LT(d.loss, 1e-4);
+  EXPECT_LT(d.grad_norm, 1e-3);
+}
+
+// Each cp rank evaluates its chunks; the losses add up over dp x cp and the tokens are counted
+// once (over dp): the validation loss equals one process's.
+TEST(CliContextParallel, ValidationLossEqualsOneProcess) {
+  const std::vector<std::string> job = {"--training.steps", "4", "--validation.enable", "--validation.freq", "2",
+                                        "--validation.steps", "2"};
+  auto validation_losses = [](const testing::Rows& rows) {
+    std::vector<double> out;
+    for (const auto& r : rows) {
+      if (r.contains("validation_loss")) out.push_back(r["validation_loss"].get<double>());
+    }
+    return out;
+  };
+  auto one = validation_losses(testing::run_tiny_job(1, concat(job, kBatch4)));
+  auto cp2 = validation_losses(
+      testing::run_tiny_job(4, concat(job, concat(concat(degrees(1, 2), cp(2)), {"--training.local_batch_size", "2"}))));
+  ASSERT_EQ(one.size(), 2u);
+  ASSERT_EQ(cp2.size(), one.size());
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(cp2[i], one[i], 1e-4 * one[i]) << "validation " << i;
+}
+
+// A CP(2) x FSDP(2) checkpoint (FSDP shards over the four ranks) resumed by one process: the
+// resumed steps match the uninterrupted one-process run (fp32 bound of parity.h).
+TEST(CliContextParallel, CheckpointResumesInOneProcess) {
+  testing::TempDir dir;
+  const std::vector<std::string> common = {"--training.steps", "8", "--metrics.log_freq", "1", "--checkpoint.enable",
+                                           "--checkpoint.interval", "4", "--checkpoint.last_save_model_only", "false"};
+  auto one = testing::run_tiny_job(1, concat(common, kBatch4));
+  // Four ranks stop after step 4 (their checkpoint); one process resumes from it in the same folder.
+  auto first = testing::run_ctitan(
+      concat(concat({"run", "--nproc-per-node", "4", "--master-port", "0", "train"}, testing::tiny_job_args(dir.path())),
+             concat(concat(common, {"--training.steps", "4", "--training.local_batch_size", "2"}),
+                    concat(degrees(1, 2), cp(2)))),
+      240);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto resumed = testing::run_ctitan(concat(concat({"train"}, testing::tiny_job_args(dir.path())), concat(common, kBatch4)),
+                                     240);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from checkpoint"), std::string::npos) << resumed.output;
+  EXPECT_EQ(testing::first_logged_step(resumed.output), 5) << resumed.output;
+  // metrics.jsonl holds the four ranks' steps 1-4, then the resumed process's 5-8.
+  auto rows = testing::read_jsonl(dir.file("metrics.jsonl"));
+  int compared = 0;
+  for (const auto& r : rows) {
+    if (!r.contains("loss")) continue;
+    const auto step = r["step"].get<int64_t>();
+    for (const auto& o : one) {
+      if (o.contains("loss") && o["step"].get<int64_t>() == step) {
+        EXPECT_NEAR(r["loss"].get<double>(), o["loss"].get<double>(), 1e-4 * o["loss"].get<double>()) << "step " << step;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 8);
+}
+
+TEST(CliContextParallel, ASequenceNotCutIntoTwoChunksPerRankIsRefusedNamingTheKey) {
+  testing::TempDir dir;
+  auto r = testing::run_ctitan(concat(concat({"train"}, testing::tiny_job_args(dir.path())),
+                                      concat(cp(4), {"--training.seq_len", "36"})));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("training.seq_len 36 is not divisible by 2 x parallelism.context_parallel_degree (4)"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(CliContextParallel, ADegreeThatDoesNotDivideTheWorldIsRefused) {
+  testing::TempDir dir;
+  auto r = testing::run_ctitan(concat(concat({"run", "--nproc-per-node", "2", "--master-port", "0", "train"},
+                                             testing::tiny_job_args(dir.path())),
+                                      concat(degrees(1, 1), cp(4))),
+                               120);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("context_parallel_degree (4)"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ctitan::context_parallel_cli_test
