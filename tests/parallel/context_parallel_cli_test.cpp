@@ -1,6 +1,6 @@
 // Context parallelism through the launcher on loopback, against one process with the same global
 // batch (tests/support/parity.h argues the fp32 bounds): CP(2), CP(4), CP(2) x FSDP(2),
-// CP(2) x TP(2), CP(2) x PP(2), CP(2) with gradient accumulation, with full activation
+// CP(2) x HSDP(2 replicas), CP(2) x TP(2), CP(2) x PP(2), CP(2) with gradient accumulation, with full activation
 // checkpointing and with grouped-query attention, a long sequence, validation, a CP x FSDP
 // checkpoint resumed in one process, and the configurations CP refuses.
 //
@@ -40,6 +40,12 @@ TEST(CliContextParallel, Cp4MatchesOneProcess) {
 // FSDP shards over all four ranks.
 TEST(CliContextParallel, FsdpTwoByCpTwoMatchesOneProcess) {
   expect_parity("FSDP(2)xCP(2)", 4, concat(concat(degrees(1, 2), cp(2)), {"--training.local_batch_size", "2"}));
+}
+
+// HSDP: replicas over dp_replicate, each sharded over its cp ranks (dp_shard is 1, so the mesh
+// has no dp_shard dimension and FSDP's group is cp alone).
+TEST(CliContextParallel, HsdpTwoReplicasByCpTwoMatchesOneProcess) {
+  expect_parity("HSDP(2x1)xCP(2)", 4, concat(concat(degrees(2, 1), cp(2)), {"--training.local_batch_size", "2"}));
 }
 
 // TP's sequence parallelism splits each cp rank's T / 2 tokens; attention sees a cp rank's

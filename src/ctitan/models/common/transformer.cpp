@@ -163,11 +163,9 @@ const RopeTables& TransformerImpl::rope_for(torch::Device device) {
   return rope_;
 }
 
-RopeTables TransformerImpl::rope_of_tokens(torch::Device device, int64_t T) {
+RopeTables TransformerImpl::rope_of_tokens(torch::Device device) {
   const auto& rope = rope_for(device);
   if (!token_positions_.defined()) return rope;  // ops::rope reads the first T rows
-  TORCH_CHECK(token_positions_.numel() == T, "the model's token positions cover ", token_positions_.numel(),
-              " tokens, the input has ", T);
   auto rows = token_positions_.to(device);
   return {rope.cos.index_select(0, rows), rope.sin.index_select(0, rows)};  // each (T, head_dim/2)
 }
@@ -182,12 +180,16 @@ std::vector<TransformerBlockImpl*> TransformerImpl::blocks() const {
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
   TORCH_CHECK(tokens.size(1) <= args_.max_seq_len, "sequence length ", tokens.size(1),
               " exceeds the model's max_seq_len ", args_.max_seq_len);
+  TORCH_CHECK(!token_positions_.defined() || tokens.dim() != 2 || tokens.size(1) == token_positions_.numel(),
+              "the model's token positions cover ", token_positions_.numel(), " tokens, the input has ", tokens.size(1));
   return hooks.call(*this, tokens, [&](const torch::Tensor& input) {
     auto h = input;  // (B, T, dim) when this stage starts after the embeddings
     if (tok_embeddings) {
       h = hooks.call(*tok_embeddings, input, [&](const torch::Tensor& x) { return tok_embeddings(x); });  // (B, T, dim)
     }
-    const auto rope = rope_of_tokens(h.device(), h.size(1));
+    // Attention sees the forward's whole sequence (sequence-parallel TP gathers it first), so
+    // the rows are those of the input's tokens, whatever the blocks' input holds.
+    const auto rope = rope_of_tokens(h.device());
     for (auto* block : blocks()) {
       // By value: a hook may run the block again during backward, after this forward returned.
       h = hooks.call(*block, h, [block, rope](const torch::Tensor& x) { return block->forward(x, rope); });

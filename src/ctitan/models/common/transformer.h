@@ -133,8 +133,8 @@ class TransformerImpl : public torch::nn::Module {
 
  private:
   const RopeTables& rope_for(torch::Device device);
-  // rope_for()'s rows of the forward's T token positions.
-  RopeTables rope_of_tokens(torch::Device device, int64_t T);
+  // rope_for()'s rows of the forward's token positions (all of rope_for() without them).
+  RopeTables rope_of_tokens(torch::Device device);
   ModelArgs args_;
   RopeTables rope_;
   torch::Tensor token_positions_;
