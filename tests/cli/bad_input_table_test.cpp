@@ -458,6 +458,15 @@ std::vector<Case> bad_input_table(const fs::path& checkpoints, const fs::path& h
                overrides({"--training.local_batch_size", "99999999999999999999"})});
   t.push_back({"override", "not a boolean", 2, {"debug.deterministic"}, overrides({"--debug.deterministic", "maybe"})});
   t.push_back({"override", "negative steps", 2, {"training.steps"}, overrides({"--training.steps", "-1"})});
+  t.push_back({"override", "context parallel degree 0", 2, {"parallelism.context_parallel_degree"},
+               overrides({"--parallelism.context_parallel_degree", "0"})});
+  t.push_back({"override", "sequence not cut into 2 x cp chunks", 2,
+               {"training.seq_len", "parallelism.context_parallel_degree"},
+               overrides({"--parallelism.context_parallel_degree", "3", "--training.seq_len", "32"})});
+  t.push_back({"override", "cp rank's tokens not divisible by tp", 2,
+               {"training.seq_len", "parallelism.tensor_parallel_degree"},
+               overrides({"--parallelism.context_parallel_degree", "2", "--parallelism.tensor_parallel_degree", "3",
+                          "--training.seq_len", "20"})});
   t.push_back({"override", "negative model dim", 2, {"model.dim"}, overrides({"--model.dim", "-8"})});
   t.push_back({"override", "heads do not divide dim", 2, {"model.n_heads"}, overrides({"--model.n_heads", "5"})});
   t.push_back({"override", "non-finite lr: nan", 2, {"optimizer.lr"}, overrides({"--optimizer.lr", "nan"})});

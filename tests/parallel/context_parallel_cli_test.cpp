@@ -1,8 +1,9 @@
 // Context parallelism through the launcher on loopback, against one process with the same global
 // batch (tests/support/parity.h argues the fp32 bounds): CP(2), CP(4), CP(2) x FSDP(2),
 // CP(2) x HSDP(2 replicas), CP(2) x TP(2), CP(2) x PP(2), CP(2) with gradient accumulation, with full activation
-// checkpointing and with grouped-query attention, a long sequence, validation, a CP x FSDP
-// checkpoint resumed in one process, and the configurations CP refuses.
+// checkpointing and with grouped-query attention, Qwen3 under CP x FSDP, a long sequence, validation, a CP x FSDP
+// checkpoint resumed in one process, a CP(2) checkpoint resumed under CP(4), and the
+// configurations CP refuses.
 //
 // What the bounds catch here: torchtitan's CP bugs counted tokens once per cp rank in the loss
 // normaliser (the loss divided by cp), or summed gradients over dp but not cp; either moves the
@@ -25,11 +26,28 @@ using testing::expect_parity;
 std::vector<std::string> cp(int degree) { return {"--parallelism.context_parallel_degree", std::to_string(degree)}; }
 
 const std::vector<std::string> kBatch4 = {"--training.local_batch_size", "4"};
+// The ring rotation (torchtitan's alltoall); the default, allgather, runs in the other tests.
+const std::vector<std::string> kRing = {"--parallelism.context_parallel_rotate_method", "alltoall"};
 
 // Two ranks share every sequence (chunks 0 and 3, 1 and 2 of 4); FSDP over dp_shard 1 x cp 2
 // sums their gradients.
 TEST(CliContextParallel, Cp2MatchesOneProcess) {
   expect_parity("CP(2)", 2, concat(concat(degrees(1, 1), cp(2)), kBatch4));
+}
+
+// global_max_loss is the largest rank's own loss (its summed loss over its own tokens), as
+// torchtitan's max over dp_cp: each cp rank's lies near the mean, not at a 1/cp share of it.
+TEST(CliContextParallel, MaxLossIsEachRanksOwnTokensLoss) {
+  auto rows = testing::run_tiny_job(2, concat(concat(degrees(1, 1), cp(2)), {"--training.steps", "3", "--metrics.log_freq", "1"}));
+  int steps = 0;
+  for (const auto& r : rows) {
+    if (!r.contains("max_loss")) continue;
+    ++steps;
+    const double loss = r["loss"].get<double>(), max_loss = r["max_loss"].get<double>();
+    EXPECT_GE(max_loss, loss * (1 - 1e-6)) << r.dump();  // the mean of two ranks' own losses is below their max
+    EXPECT_LT(max_loss, 1.5 * loss) << r.dump();
+  }
+  EXPECT_EQ(steps, 3);
 }
 
 TEST(CliContextParallel, Cp4MatchesOneProcess) {
@@ -54,10 +72,11 @@ TEST(CliContextParallel, CpTwoByTpTwoMatchesOneProcess) {
   expect_parity("CP(2)xTP(2)", 4, concat(concat(degrees(1, 1, 2), cp(2)), kBatch4));
 }
 
-// Each stage's ranks hold T / 2 tokens between stages; the stage boundary carries them.
+// Each stage's ranks hold T / 2 tokens between stages; the stage boundary carries them. The ring
+// rotation's point-to-point traffic shares the process with the pipeline's.
 TEST(CliContextParallel, CpTwoByPpTwoMatchesOneProcess) {
-  expect_parity("CP(2)xPP(2)", 4,
-                concat(concat(degrees(1, 1), cp(2)), {"--training.local_batch_size", "4", "--parallelism.pipeline_parallel_degree",
+  expect_parity("CP(2)xPP(2) ring", 4,
+                concat(concat(concat(degrees(1, 1), cp(2)), kRing), {"--training.local_batch_size", "4", "--parallelism.pipeline_parallel_degree",
                                                       "2", "--parallelism.pipeline_parallel_schedule", "1F1B"}));
 }
 
@@ -65,23 +84,38 @@ TEST(CliContextParallel, CpTwoByPpTwoMatchesOneProcess) {
 // again inside backward), and GQA (keys and values travel with 2 heads for 4 query heads).
 TEST(CliContextParallel, AccumulationCheckpointingAndGqaMatchOneProcess) {
   const std::vector<std::string> gqa = {"--model.n_kv_heads", "2"};
-  expect_parity("CP(2) 2 microbatches, AC full, GQA", 2,
-                concat(concat(degrees(1, 1), cp(2)),
+  expect_parity("CP(2) ring, 2 microbatches, AC full, GQA", 2,
+                concat(concat(concat(degrees(1, 1), cp(2)), kRing),
                        concat(gqa, {"--training.local_batch_size", "2", "--training.global_batch_size", "4",
                                     "--activation_checkpoint.mode", "full"})),
                 concat(gqa, kBatch4));
 }
 
-// A 1024-token sequence over 4 ranks: 8 chunks of 128.
-TEST(CliContextParallel, Cp4AtSequence1024MatchesOneProcess) {
+// Qwen3's attention (QK-norm before RoPE, head_dim 32 apart from dim / n_heads, 2 kv heads) under
+// CP(2) x FSDP(2): the family's own attention takes the ring as Llama's does.
+TEST(CliContextParallel, Qwen3FsdpTwoByCpTwoMatchesOneProcess) {
+  const std::vector<std::string> qwen3 = {"--model.name", "qwen3", "--model.flavor", "debugmodel", "--model.hidden_dim",
+                                          "128"};
+  expect_parity("Qwen3 FSDP(2)xCP(2)", 4,
+                concat(qwen3, concat(concat(degrees(1, 2), cp(2)), {"--training.local_batch_size", "2"})),
+                concat(qwen3, kBatch4));
+}
+
+// A 1024-token sequence over 4 ranks: 8 chunks of 128, with each rotation.
+TEST(CliContextParallel, Cp4AtSequence1024MatchesOneProcessWithEitherRotation) {
   const std::vector<std::string> long_seq = {"--training.seq_len", "1024", "--training.local_batch_size", "2"};
   auto single = testing::run_tiny_job(1, concat(testing::kThirtySteps, long_seq));
-  auto sharded = testing::run_tiny_job(4, concat(testing::kThirtySteps, concat(concat(degrees(1, 1), cp(4)), long_seq)));
-  auto d = testing::compare_runs(single, sharded, 30);
-  std::cout << "CP(4) seq 1024 vs 1 process: max relative difference loss " << d.loss << ", grad_norm " << d.grad_norm
-            << "\n";
-  EXPECT_LT(d.loss, 1e-4);
-  EXPECT_LT(d.grad_norm, 1e-3);
+  for (const std::string method : {"allgather", "alltoall"}) {
+    auto sharded = testing::run_tiny_job(
+        4, concat(testing::kThirtySteps,
+                  concat(concat(degrees(1, 1), cp(4)),
+                         concat(long_seq, {"--parallelism.context_parallel_rotate_method", method}))));
+    auto d = testing::compare_runs(single, sharded, 30);
+    std::cout << "CP(4) " << method << " seq 1024 vs 1 process: max relative difference loss " << d.loss
+              << ", grad_norm " << d.grad_norm << "\n";
+    EXPECT_LT(d.loss, 1e-4) << method;
+    EXPECT_LT(d.grad_norm, 1e-3) << method;
+  }
 }
 
 // Each cp rank evaluates its chunks; the losses add up over dp x cp and the tokens are counted
@@ -132,6 +166,39 @@ TEST(CliContextParallel, CheckpointResumesInOneProcess) {
     for (const auto& o : one) {
       if (o.contains("loss") && o["step"].get<int64_t>() == step) {
         EXPECT_NEAR(r["loss"].get<double>(), o["loss"].get<double>(), 1e-4 * o["loss"].get<double>()) << "step " << step;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 8);
+}
+
+// A CP(2) checkpoint (FSDP over the two cp ranks) resumed under CP(4): FSDP's shards reshard
+// from 2 to 4 ranks, and the loader's state (per dp rank, the same for every cp rank) carries over.
+TEST(CliContextParallel, CheckpointReshardsFromCp2ToCp4) {
+  testing::TempDir dir;
+  const std::vector<std::string> common = {"--training.steps", "8", "--metrics.log_freq", "1", "--checkpoint.enable",
+                                           "--checkpoint.interval", "4", "--checkpoint.last_save_model_only", "false",
+                                           "--training.local_batch_size", "4"};
+  auto one = testing::run_tiny_job(1, common);
+  auto launch = [&](int nproc, const std::vector<std::string>& extra) {
+    return testing::run_ctitan(concat(concat({"run", "--nproc-per-node", std::to_string(nproc), "--master-port", "0", "train"},
+                                             testing::tiny_job_args(dir.path())),
+                                      concat(common, concat(degrees(1, 1), extra))),
+                               240);
+  };
+  auto first = launch(2, concat(cp(2), {"--training.steps", "4"}));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto resumed = launch(4, cp(4));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(testing::first_logged_step(resumed.output), 5) << resumed.output;
+  int compared = 0;
+  for (const auto& r : testing::read_jsonl(dir.file("metrics.jsonl"))) {
+    if (!r.contains("loss")) continue;
+    for (const auto& o : one) {
+      if (o.contains("loss") && o["step"] == r["step"]) {
+        EXPECT_NEAR(r["loss"].get<double>(), o["loss"].get<double>(), 1e-4 * o["loss"].get<double>())
+            << "step " << r["step"];
         ++compared;
       }
     }

@@ -1,11 +1,12 @@
 // Context parallelism's pieces in one process: the head-tail layout (positions, shard and its
 // inverse), and ring attention on thread ranks of a Gloo group against causal attention over the
 // whole sequence (ops::causal_attention_reference, plain softmax), forward and backward, for
-// cp 1, 2, 3 and 4, GQA, fp32 and bf16.
+// cp 1, 2, 3 and 4, GQA, fp32 and bf16, with both rotations (allgather and the alltoall ring).
 #include <gtest/gtest.h>
 
 #include <mutex>
 
+#include "ctitan/config/config_fields.h"
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/ops/attention.h"
 #include "ctitan/parallel/cp/load_balance.h"
@@ -15,7 +16,7 @@
 namespace ctitan::context_parallel_test {
 namespace {
 
-using parallel::cp::ring_attention;
+using parallel::cp::RingAttention;
 using parallel::cp::shard_positions;
 using parallel::cp::shard_sequence;
 using parallel::cp::unshard_sequence;
@@ -70,6 +71,7 @@ Reference whole_sequence(const torch::Tensor& q, const torch::Tensor& k, const t
 struct RingCase {
   int64_t cp, B, T, H, H_kv, D;
   torch::ScalarType dtype;
+  config::CpRotateMethod method = config::CpRotateMethod::kAllGather;
 };
 
 // Runs ring attention on cp thread ranks with each rank's shard of q, k, v and dout, and puts
@@ -82,8 +84,8 @@ Reference ring(const RingCase& c, const torch::Tensor& q, const torch::Tensor& k
     auto group = distributed::Communicator::create(store, "cp", rank, int(c.cp), std::chrono::seconds(60), "127.0.0.1");
     auto mine = [&](const torch::Tensor& t) { return shard_sequence(t, rank, c.cp).to(c.dtype).requires_grad_(); };
     auto lq = mine(q), lk = mine(k), lv = mine(v);
-    parallel::cp::RingTimes times;
-    auto out = ring_attention(lq, lk, lv, group, &times);  // (B, T / cp, H * D)
+    RingAttention attention(group, c.method);
+    auto out = attention(lq, lk, lv);  // (B, T / cp, H * D)
     out.backward(shard_sequence(dout, rank, c.cp).to(c.dtype));
     outs[size_t(rank)] = out.detach().to(torch::kDouble);
     dqs[size_t(rank)] = lq.grad().to(torch::kDouble);
@@ -100,7 +102,7 @@ double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
   return (got - want).abs().max().item<double>() / want.abs().max().item<double>();
 }
 
-void expect_ring_equals_whole_sequence(const RingCase& c, double tolerance) {
+void expect_one_rotation_equals_whole_sequence(const RingCase& c, double tolerance) {
   torch::manual_seed(11);
   auto q = torch::randn({c.B, c.T, c.H, c.D}), k = torch::randn({c.B, c.T, c.H_kv, c.D}),
        v = torch::randn({c.B, c.T, c.H_kv, c.D}), dout = torch::randn({c.B, c.T, c.H * c.D});
@@ -110,11 +112,19 @@ void expect_ring_equals_whole_sequence(const RingCase& c, double tolerance) {
   auto got = ring(c, q, k, v, dout);
   ASSERT_TRUE(got.out.defined());
   const std::string what = "cp " + std::to_string(c.cp) + " T " + std::to_string(c.T) + " H " + std::to_string(c.H) +
-                           "/" + std::to_string(c.H_kv) + (c.dtype == torch::kBFloat16 ? " bf16" : " fp32");
+                           "/" + std::to_string(c.H_kv) + (c.dtype == torch::kBFloat16 ? " bf16 " : " fp32 ") +
+                           config::name_of(c.method);
   EXPECT_LT(relative_error(got.out, want.out), tolerance) << what << " output";
   EXPECT_LT(relative_error(got.dq, want.dq), tolerance) << what << " dq";
   EXPECT_LT(relative_error(got.dk, want.dk), tolerance) << what << " dk";
   EXPECT_LT(relative_error(got.dv, want.dv), tolerance) << what << " dv";
+}
+
+void expect_ring_equals_whole_sequence(RingCase c, double tolerance) {
+  for (auto method : {config::CpRotateMethod::kAllGather, config::CpRotateMethod::kAllToAll}) {
+    c.method = method;
+    expect_one_rotation_equals_whole_sequence(c, tolerance);
+  }
 }
 
 // fp32 against an fp64 reference (whose softmax runs in fp32): the ring merges cp partial softmaxes

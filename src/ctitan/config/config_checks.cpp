@@ -105,6 +105,13 @@ void check_config(const JobConfig& c) {
           fmt::format("training.seq_len {} is not divisible by 2 x parallelism.context_parallel_degree ({}): "
                       "context parallelism cuts each sequence into 2 x cp equal chunks",
                       c.training.seq_len, p.context_parallel_degree));
+  // Sequence-parallel TP splits each cp rank's T / cp tokens (said here, naming both degrees).
+  require(p.context_parallel_degree == 1 || p.tensor_parallel_degree <= 1 ||
+              (c.training.seq_len / p.context_parallel_degree) % p.tensor_parallel_degree == 0,
+          fmt::format("training.seq_len {} / parallelism.context_parallel_degree {} = {} tokens per cp rank is not "
+                      "divisible by parallelism.tensor_parallel_degree {} (sequence parallelism splits them)",
+                      c.training.seq_len, p.context_parallel_degree,
+                      c.training.seq_len / std::max<int64_t>(p.context_parallel_degree, 1), p.tensor_parallel_degree));
   require(p.pipeline_parallel_microbatch_size >= 1,
           fmt::format("parallelism.pipeline_parallel_microbatch_size must be >= 1 (got {})", p.pipeline_parallel_microbatch_size));
   require(p.pipeline_parallel_layers_per_stage == -1 || p.pipeline_parallel_layers_per_stage >= 1,

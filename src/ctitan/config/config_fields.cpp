@@ -23,6 +23,8 @@ const NameTable<ReshardAfterForward> kReshardModes = {{ReshardAfterForward::kDef
                                                       {ReshardAfterForward::kNever, "never"}};
 const NameTable<GradientSync> kGradientSyncs = {{GradientSync::kEveryMicrobatch, "every_microbatch"},
                                                 {GradientSync::kLastMicrobatch, "last_microbatch"}};
+const NameTable<CpRotateMethod> kCpRotateMethods = {{CpRotateMethod::kAllGather, "allgather"},
+                                                   {CpRotateMethod::kAllToAll, "alltoall"}};
 const NameTable<AsyncMode> kAsyncModes = {{AsyncMode::kDisabled, "disabled"}, {AsyncMode::kAsync, "async"}};
 const NameTable<ActivationCheckpointMode> kAcModes = {{ActivationCheckpointMode::kNone, "none"},
                                                       {ActivationCheckpointMode::kFull, "full"},
@@ -118,6 +120,7 @@ std::string Choice::allowed() const {
 std::string name_of(DecayType v) { return name_in(kDecayTypes, v); }
 std::string name_of(ReshardAfterForward v) { return name_in(kReshardModes, v); }
 std::string name_of(GradientSync v) { return name_in(kGradientSyncs, v); }
+std::string name_of(CpRotateMethod v) { return name_in(kCpRotateMethods, v); }
 std::string name_of(DeviceChoice v) { return name_in(kDeviceChoices, v); }
 std::string name_of(PsMode v) { return name_in(kPsModes, v); }
 std::string dataset_source_text(const DatasetSource& s) {
@@ -202,6 +205,7 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"parallelism", "data_parallel_shard_degree", &c.parallelism.data_parallel_shard_degree, "FSDP dimension; -1 = the ranks left over"},
       {"parallelism", "tensor_parallel_degree", &c.parallelism.tensor_parallel_degree, "TP dimension, innermost on the mesh: Megatron-style column/row-wise linears with sequence parallel"},
       {"parallelism", "context_parallel_degree", &c.parallelism.context_parallel_degree, "CP dimension, between dp_shard and tp: each rank holds 2 of 2 x cp chunks of every sequence, ring attention; FSDP shards over dp_shard x cp"},
+      {"parallelism", "context_parallel_rotate_method", choice(&c.parallelism.context_parallel_rotate_method, kCpRotateMethods), "CP: allgather (every rank's keys at once, gradients reduce-scattered) or alltoall (a ring, one hop per step, overlapped)"},
       {"parallelism", "disable_loss_parallel", &c.parallelism.disable_loss_parallel, "TP: all-gather the vocab-sharded logits and take the ordinary loss, instead of a cross-entropy over the shards"},
       {"parallelism", "enable_async_tensor_parallel", &c.parallelism.enable_async_tensor_parallel, "TP: micro-pipeline each sequence all-gather and reduce-scatter with the matmul beside it, so communication overlaps compute (eager here; torchtitan's needs torch.compile)"},
       {"parallelism", "pipeline_parallel_degree", &c.parallelism.pipeline_parallel_degree, "PP dimension, outermost on the mesh: the layers split into stages, one per rank"},

@@ -47,6 +47,7 @@ std::string dataset_source_text(const DatasetSource& source);
 std::string name_of(DecayType v);
 std::string name_of(ReshardAfterForward v);
 std::string name_of(GradientSync v);
+std::string name_of(CpRotateMethod v);
 std::string name_of(DeviceChoice v);
 std::string name_of(PsMode v);
 std::string name_of(AsyncMode v);

@@ -21,6 +21,8 @@ enum class ReshardAfterForward {
 // FSDP with gradient accumulation: reduce-scatter after each microbatch (least memory) or keep
 // unsharded gradients until the last (least traffic).
 enum class GradientSync { kEveryMicrobatch, kLastMicrobatch };
+// How context parallelism brings every rank's keys and values to each rank (parallel/cp/kv_rotation.h).
+enum class CpRotateMethod { kAllGather, kAllToAll };
 enum class AsyncMode { kDisabled, kAsync };
 enum class ActivationCheckpointMode { kNone, kFull, kSelective };
 // Where a rank computes: auto takes cuda:LOCAL_RANK when a GPU is visible, else the CPU.
@@ -136,6 +138,7 @@ struct Parallelism {
   // Context parallelism (parallel/cp/): each rank of a cp group holds 2 of the 2 x cp chunks of every
   // sequence (head-tail load balancing); attention passes keys and values around the ring.
   int64_t context_parallel_degree = 1;
+  CpRotateMethod context_parallel_rotate_method = CpRotateMethod::kAllGather;  // allgather | alltoall (a ring)
   // Pipeline parallelism (parallel/pipeline/): the outermost mesh dimension.
   int64_t pipeline_parallel_degree = 1;
   std::string pipeline_parallel_schedule = "1F1B";   // GPipe | 1F1B | Interleaved1F1B

@@ -51,7 +51,7 @@ std::unique_ptr<ParallelizedModel> parallelize(models::DeferredModel model, cons
   // written in place.
   if (dist.dims.pp_enabled()) out->apply_pipeline(dist, config, device);
   if (dist.dims.tp_enabled()) out->apply_tensor_parallel(dist, config);
-  if (dist.dims.cp_enabled()) out->apply_context_parallel(dist);
+  if (dist.dims.cp_enabled()) out->apply_context_parallel(dist, config);
   out->apply_checkpointing(config);
   if (!dist.dims.fsdp_enabled()) out->draw_initial_weights(model.draws);
   out->apply_data_parallel(dist, config);
@@ -153,17 +153,22 @@ void ParallelizedModel::apply_tensor_parallel(const distributed::DistContext& di
                async ? "; async TP (collectives micro-pipelined with their matmuls)" : "");
 }
 
-void ParallelizedModel::apply_context_parallel(const distributed::DistContext& dist) {
-  context_parallel_ = std::make_unique<cp::ContextParallel>(part_pointers(), dist.mesh->group("cp"));
+void ParallelizedModel::apply_context_parallel(const distributed::DistContext& dist, const config::JobConfig& config) {
+  const auto method = config.parallelism.context_parallel_rotate_method;
+  context_parallel_ = std::make_unique<cp::ContextParallel>(part_pointers(), dist.mesh->group("cp"), method);
   spdlog::info("CP over {} ranks: each holds 2 of {} chunks of every sequence (head-tail load balancing), ring "
-               "attention passes keys and values around the cp group; FSDP shards over dp_shard {} x cp {}",
-               dist.dims.cp, 2 * dist.dims.cp, dist.dims.dp_shard, dist.dims.cp);
+               "attention with keys and values rotated by {}; FSDP shards over dp_shard {} x cp {}",
+               dist.dims.cp, 2 * dist.dims.cp, config::name_of(method), dist.dims.dp_shard, dist.dims.cp);
 }
 
 std::pair<torch::Tensor, torch::Tensor> ParallelizedModel::local_batch(const torch::Tensor& inputs,
                                                                         const torch::Tensor& labels) {
   if (!context_parallel_) return {inputs, labels};
   return context_parallel_->shard_batch(inputs, labels);  // (B, T / cp) each
+}
+
+torch::Tensor ParallelizedModel::rank_valid_tokens(const torch::Tensor& labels) const {
+  return components::count_valid_tokens(context_parallel_ ? context_parallel_->local_part(labels) : labels);
 }
 
 void ParallelizedModel::apply_checkpointing(const config::JobConfig& config) {

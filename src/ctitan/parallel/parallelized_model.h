@@ -59,6 +59,8 @@ class ParallelizedModel {
   // accumulated so far (the step's last microbatch, or every one under every_microbatch sync).
   torch::Tensor forward_backward(const torch::Tensor& inputs, const torch::Tensor& labels,
                                  const torch::Tensor& denominator, bool reduce_grads);
+  // The valid tokens of `labels` (B, T) whose loss this rank computes: all, or its cp chunks'.
+  torch::Tensor rank_valid_tokens(const torch::Tensor& labels) const;
   // Whether every microbatch should reduce its gradients (FSDP's fsdp_gradient_sync).
   bool reduce_every_microbatch() const { return reduce_every_microbatch_; }
   // Forward only, without grad: the summed token cross-entropy of one batch (inputs, labels on the
@@ -96,7 +98,7 @@ class ParallelizedModel {
   ParallelizedModel() = default;
   void apply_pipeline(const distributed::DistContext& dist, const config::JobConfig& config, torch::Device device);
   void apply_tensor_parallel(const distributed::DistContext& dist, const config::JobConfig& config);
-  void apply_context_parallel(const distributed::DistContext& dist);
+  void apply_context_parallel(const distributed::DistContext& dist, const config::JobConfig& config);
   // inputs, labels (B, T) -> what this rank computes: its context-parallel chunks, or all of them.
   std::pair<torch::Tensor, torch::Tensor> local_batch(const torch::Tensor& inputs, const torch::Tensor& labels);
   void apply_checkpointing(const config::JobConfig& config);

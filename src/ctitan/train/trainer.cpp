@@ -277,8 +277,11 @@ std::pair<torch::Tensor, torch::Tensor> Trainer::forward_backward(const std::vec
   // so the accumulated gradient is the exact token-weighted mean (data parallelism will
   // all-reduce this count across ranks before the first microbatch).
   auto global_tokens = torch::zeros({}, torch::TensorOptions(torch::kLong).device(device_));
-  for (const auto& mb : microbatches) global_tokens += components::count_valid_tokens(mb.labels);
-  const auto rank_tokens = global_tokens.clone();
+  auto rank_tokens = torch::zeros({}, torch::TensorOptions(torch::kLong).device(device_));
+  for (const auto& mb : microbatches) {
+    global_tokens += components::count_valid_tokens(mb.labels);
+    rank_tokens += model_->rank_valid_tokens(mb.labels);  // under CP, its chunks' only
+  }
   const auto start = std::chrono::steady_clock::now();
   dp_group_->all_reduce(global_tokens, distributed::ReduceOp::kSum);
   metrics_->add_comm_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

@@ -5,11 +5,11 @@
 namespace ctitan::parallel::cp {
 
 ContextParallel::ContextParallel(std::vector<models::TransformerImpl*> parts,
-                                 std::shared_ptr<distributed::Communicator> group)
-    : parts_(std::move(parts)), group_(std::move(group)) {
+                                 std::shared_ptr<distributed::Communicator> group, config::CpRotateMethod method)
+    : parts_(std::move(parts)), group_(group), attention_(std::move(group), method) {
   for (auto* part : parts_) {
     part->hooks.set_attention([this](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-      return ring_attention(q, k, v, group_, &times_);
+      return attention_(q, k, v);
     });
   }
 }
@@ -32,8 +32,12 @@ std::pair<torch::Tensor, torch::Tensor> ContextParallel::shard_batch(const torch
   return {shard_sequence(inputs, rank, cp), shard_sequence(labels, rank, cp)};
 }
 
+torch::Tensor ContextParallel::local_part(const torch::Tensor& x) const {
+  return shard_sequence(x, group_->rank(), group_->size());
+}
+
 double ContextParallel::take_exposed_comm_seconds() {
-  return std::exchange(times_.exposed_seconds, 0.0);
+  return attention_.take_exposed_seconds();
 }
 
 }  // namespace ctitan::parallel::cp

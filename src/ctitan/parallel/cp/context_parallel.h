@@ -17,14 +17,16 @@ namespace ctitan::parallel::cp {
 
 class ContextParallel {
  public:
-  ContextParallel(std::vector<models::TransformerImpl*> parts, std::shared_ptr<distributed::Communicator> group);
+  ContextParallel(std::vector<models::TransformerImpl*> parts, std::shared_ptr<distributed::Communicator> group,
+                  config::CpRotateMethod method);
   ~ContextParallel();
   ContextParallel(const ContextParallel&) = delete;
   ContextParallel& operator=(const ContextParallel&) = delete;
 
   // inputs, labels: (B, T) -> this rank's (B, T / cp) each; the parts' token positions follow T.
   std::pair<torch::Tensor, torch::Tensor> shard_batch(const torch::Tensor& inputs, const torch::Tensor& labels);
-  int64_t degree() const { return group_->size(); }
+  // x: (B, T, ...) -> this rank's (B, T / cp, ...), without touching the parts' positions.
+  torch::Tensor local_part(const torch::Tensor& x) const;
   // Seconds blocked on the ring since the last call.
   double take_exposed_comm_seconds();
 
@@ -32,7 +34,7 @@ class ContextParallel {
   std::vector<models::TransformerImpl*> parts_;
   std::shared_ptr<distributed::Communicator> group_;
   int64_t positions_for_ = -1;  // the T the parts' positions were set for
-  RingTimes times_;
+  RingAttention attention_;
 };
 
 }  // namespace ctitan::parallel::cp

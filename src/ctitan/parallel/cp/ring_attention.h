@@ -1,26 +1,40 @@
 #pragma once
-// Ring attention over a context-parallel group (torchtitan's CP, "allgather"-free rotation): each
-// rank holds its load-balanced two chunks of the sequence (load_balance.h); keys and values travel
-// around the ring, one hop per step, while the rank computes the block attention of the pair it
-// holds; the blocks' partial outputs are merged with their log-sum-exps in fp32. Backward travels
-// the ring again with the keys and values, and with each rank's key/value gradients, which arrive
-// home after the last hop. The result equals causal attention over the whole sequence.
+// Ring attention over a context-parallel group: each rank holds its load-balanced two chunks of
+// the sequence (load_balance.h); the keys and values of every rank reach it step by step
+// (kv_rotation.h: a ring of hops, or one all-gather) while it computes the block attention of
+// the pair it holds (attention_blocks.h); the blocks' partial outputs merge through their
+// log-sum-exps in fp32. Backward visits the keys again and returns each rank's key/value
+// gradients to it (fp32). The result equals causal attention over the whole sequence.
 #include <torch/torch.h>
 
+#include <memory>
+
+#include "ctitan/config/job_config.h"
 #include "ctitan/distributed/communicator.h"
+#include "ctitan/parallel/cp/kv_rotation.h"
 
 namespace ctitan::parallel::cp {
 
-// What one rank's ring attention spends waiting for the ring (host seconds blocked in wait()).
-struct RingTimes {
-  double exposed_seconds = 0;
-};
+class RingAttention {
+ public:
+  RingAttention(std::shared_ptr<distributed::Communicator> group, config::CpRotateMethod method);
+  ~RingAttention();
+  RingAttention(const RingAttention&) = delete;
+  RingAttention& operator=(const RingAttention&) = delete;
 
-// q: (B, Tl, H, D), k, v: (B, Tl, H_kv, D), H % H_kv == 0, Tl = T / cp: this rank's chunks r and
-// 2cp-1-r of the sequence. Returns (B, Tl, H * D), the rows of causal attention over the whole
-// sequence for this rank's queries, in q's dtype; differentiable in q, k and v. Every rank of
-// `group` calls it together. `times`, when given, accumulates the waits.
-torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             const std::shared_ptr<distributed::Communicator>& group, RingTimes* times = nullptr);
+  // q: (B, Tl, H, D), k, v: (B, Tl, H_kv, D), H % H_kv == 0, Tl = T / cp: this rank's chunks r
+  // and 2cp-1-r of the sequence. Returns (B, Tl, H * D), the rows of causal attention over the
+  // whole sequence for this rank's queries, in q's dtype; differentiable in q, k and v. Every
+  // rank of the group calls it together. This object must outlive the graph's backward.
+  torch::Tensor operator()(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+  // Seconds blocked waiting for keys or gradients since the last call.
+  double take_exposed_seconds();
+
+ private:
+  struct Settings;
+  std::shared_ptr<distributed::Communicator> group_;
+  RingTimes times_;
+  std::unique_ptr<Settings> settings_;
+};
 
 }  // namespace ctitan::parallel::cp
