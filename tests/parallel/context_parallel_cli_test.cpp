@@ -26,6 +26,10 @@ using testing::expect_parity;
 std::vector<std::string> cp(int degree) { return {"--parallelism.context_parallel_degree", std::to_string(degree)}; }
 
 const std::vector<std::string> kBatch4 = {"--training.local_batch_size", "4"};
+// The composed layouts run at the sequence length (1024: chunks of 256 at cp 2); the
+// single-degree ones at the tiny job's 32 (chunks of 8 at cp 2, 4 at cp 4), where a chunk boundary
+// is never far from any token.
+const std::vector<std::string> kSeq1024 = {"--training.seq_len", "1024"};
 // The ring rotation (torchtitan's alltoall); the default, allgather, runs in the other tests.
 const std::vector<std::string> kRing = {"--parallelism.context_parallel_rotate_method", "alltoall"};
 
@@ -57,7 +61,9 @@ TEST(CliContextParallel, Cp4MatchesOneProcess) {
 // 2 x 2: the data splits over dp_shard only (both cp ranks of a dp rank read the same batch),
 // FSDP shards over all four ranks.
 TEST(CliContextParallel, FsdpTwoByCpTwoMatchesOneProcess) {
-  expect_parity("FSDP(2)xCP(2)", 4, concat(concat(degrees(1, 2), cp(2)), {"--training.local_batch_size", "2"}));
+  expect_parity("FSDP(2)xCP(2) seq 1024", 4,
+                concat(concat(degrees(1, 2), cp(2)), concat(kSeq1024, {"--training.local_batch_size", "2"})),
+                concat(kSeq1024, kBatch4));
 }
 
 // HSDP: replicas over dp_replicate, each sharded over its cp ranks (dp_shard is 1, so the mesh
@@ -69,15 +75,18 @@ TEST(CliContextParallel, HsdpTwoReplicasByCpTwoMatchesOneProcess) {
 // TP's sequence parallelism splits each cp rank's T / 2 tokens; attention sees a cp rank's
 // tokens with the tp rank's heads.
 TEST(CliContextParallel, CpTwoByTpTwoMatchesOneProcess) {
-  expect_parity("CP(2)xTP(2)", 4, concat(concat(degrees(1, 1, 2), cp(2)), kBatch4));
+  expect_parity("CP(2)xTP(2) seq 1024", 4, concat(concat(degrees(1, 1, 2), cp(2)), concat(kSeq1024, kBatch4)),
+                concat(kSeq1024, kBatch4));
 }
 
 // Each stage's ranks hold T / 2 tokens between stages; the stage boundary carries them. The ring
 // rotation's point-to-point traffic shares the process with the pipeline's.
 TEST(CliContextParallel, CpTwoByPpTwoMatchesOneProcess) {
-  expect_parity("CP(2)xPP(2) ring", 4,
-                concat(concat(concat(degrees(1, 1), cp(2)), kRing), {"--training.local_batch_size", "4", "--parallelism.pipeline_parallel_degree",
-                                                      "2", "--parallelism.pipeline_parallel_schedule", "1F1B"}));
+  expect_parity("CP(2)xPP(2) ring seq 1024", 4,
+                concat(concat(concat(degrees(1, 1), cp(2)), concat(kRing, kSeq1024)),
+                       {"--training.local_batch_size", "4", "--parallelism.pipeline_parallel_degree", "2",
+                        "--parallelism.pipeline_parallel_schedule", "1F1B"}),
+                concat(kSeq1024, kBatch4));
 }
 
 // Two microbatches of 2 against one batch of 4, full AC (the recomputed forward runs the ring
