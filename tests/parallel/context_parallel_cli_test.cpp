@@ -110,6 +110,16 @@ TEST(CliContextParallel, Qwen3FsdpTwoByCpTwoMatchesOneProcess) {
                 concat(qwen3, kBatch4));
 }
 
+// Operator-level selective AC keeps the matmul and SDPA outputs of the first forward and replays
+// them in the recompute; ring attention is not one of those ops, so the recompute runs the ring
+// (and its communication) again, which must give the same values.
+TEST(CliContextParallel, OpSelectiveCheckpointingMatchesOneProcess) {
+  expect_parity("FSDP(2)xCP(2) op SAC", 4,
+                concat(concat(degrees(1, 2), cp(2)),
+                       {"--training.local_batch_size", "2", "--activation_checkpoint.mode", "selective",
+                        "--activation_checkpoint.selective_ac_option", "op"}));
+}
+
 // A 1024-token sequence over 4 ranks: 8 chunks of 128, with each rotation.
 TEST(CliContextParallel, Cp4AtSequence1024MatchesOneProcessWithEitherRotation) {
   const std::vector<std::string> long_seq = {"--training.seq_len", "1024", "--training.local_batch_size", "2"};

@@ -4,11 +4,12 @@
 // cp 1, 2, 3 and 4, GQA, fp32 and bf16, with both rotations (allgather and the alltoall ring).
 #include <gtest/gtest.h>
 
-#include <mutex>
+#include <cmath>
 
 #include "ctitan/config/config_fields.h"
 #include "ctitan/distributed/communicator.h"
 #include "ctitan/ops/attention.h"
+#include "ctitan/parallel/cp/attention_blocks.h"
 #include "ctitan/parallel/cp/load_balance.h"
 #include "ctitan/parallel/cp/ring_attention.h"
 #include "support/thread_ranks.h"
@@ -20,6 +21,11 @@ using parallel::cp::RingAttention;
 using parallel::cp::shard_positions;
 using parallel::cp::shard_sequence;
 using parallel::cp::unshard_sequence;
+
+// The largest difference relative to the reference's largest magnitude.
+double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
+  return (got - want).abs().max().item<double>() / want.abs().max().item<double>();
+}
 
 TEST(CpLoadBalance, EachRankHoldsTheRthEarliestAndRthLatestChunk) {
   // T = 16, cp = 2: chunks of 4; rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2.
@@ -49,6 +55,36 @@ TEST(CpLoadBalance, ShardingFollowsThePositionsAndUnshardingRestoresTheSequence)
 
 TEST(CpLoadBalance, ASequenceNotCutIntoTwoChunksPerRankIsRefused) {
   EXPECT_THROW(shard_positions(30, 0, 4), c10::Error);  // 30 % 8 != 0
+}
+
+// The plain-op block kernels (CUDA's path, and CTITAN_DISABLE_FUSED=attention's) against
+// PyTorch's flash kernel on the CPU: out and log-sum-exp of a causal and an unmasked block, and
+// the gradients given a merged output and log-sum-exp taken from a larger key set (as the ring's
+// backward gives them). Two implementations, fp32: they differ by summation order only (1e-5
+// relative, as for the ring below).
+TEST(CpAttentionBlocks, PlainOpsEqualTheFlashKernel) {
+  using parallel::cp::BlockKernel;
+  torch::manual_seed(3);
+  const int64_t B = 2, H = 3, Tq = 24, D = 16;
+  const double scale = 1.0 / std::sqrt(double(D));
+  for (bool causal : {true, false}) {
+    const int64_t Tk = causal ? Tq : 40;
+    auto q = torch::randn({B, H, Tq, D}), k = torch::randn({B, H, Tk, D}), v = torch::randn({B, H, Tk, D});
+    auto [flash_out, flash_lse] = parallel::cp::block_forward(q, k, v, causal, scale, BlockKernel::kAuto);
+    auto [plain_out, plain_lse] = parallel::cp::block_forward(q, k, v, causal, scale, BlockKernel::kPlainOps);
+    EXPECT_LT(relative_error(plain_out, flash_out), 1e-5) << "causal " << causal;
+    EXPECT_LT(relative_error(plain_lse, flash_lse), 1e-5) << "causal " << causal;
+    // A merged output and log-sum-exp as if 8 more keys had been seen elsewhere.
+    auto extra_k = torch::randn({B, H, 8, D}), extra_v = torch::randn({B, H, 8, D});
+    auto [all_out, all_lse] = parallel::cp::block_forward(q, torch::cat({extra_k, k}, 2), torch::cat({extra_v, v}, 2),
+                                                          false, scale, BlockKernel::kPlainOps);
+    auto dout = torch::randn({B, H, Tq, D});
+    auto flash = parallel::cp::block_backward(dout, q, k, v, all_out, all_lse, causal, scale, BlockKernel::kAuto);
+    auto plain = parallel::cp::block_backward(dout, q, k, v, all_out, all_lse, causal, scale, BlockKernel::kPlainOps);
+    EXPECT_LT(relative_error(std::get<0>(plain), std::get<0>(flash)), 1e-5) << "dq, causal " << causal;
+    EXPECT_LT(relative_error(std::get<1>(plain), std::get<1>(flash)), 1e-5) << "dk, causal " << causal;
+    EXPECT_LT(relative_error(std::get<2>(plain), std::get<2>(flash)), 1e-5) << "dv, causal " << causal;
+  }
 }
 
 // Whole-sequence attention, its output and the gradients of q, k, v for a fixed output gradient.
@@ -97,10 +133,6 @@ Reference ring(const RingCase& c, const torch::Tensor& q, const torch::Tensor& k
   return {unshard_sequence(outs), unshard_sequence(dqs), unshard_sequence(dks), unshard_sequence(dvs)};
 }
 
-// The largest difference relative to the reference's largest magnitude.
-double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
-  return (got - want).abs().max().item<double>() / want.abs().max().item<double>();
-}
 
 void expect_one_rotation_equals_whole_sequence(const RingCase& c, double tolerance) {
   torch::manual_seed(11);

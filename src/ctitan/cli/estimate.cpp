@@ -95,7 +95,7 @@ nlohmann::json to_json(const estimate::JobShape& job, const estimate::HardwarePr
       {"model", {{"params", params.total}, {"non_embedding_params", params.total - params.embedding}}},
       {"layout",
        {{"dp_replicate", job.degrees.dp_replicate}, {"dp_shard", job.degrees.dp_shard}, {"tp", job.degrees.tp},
-        {"pp", job.degrees.pp}, {"world_size", job.degrees.world()}, {"local_batch_size", job.local_batch_size},
+        {"pp", job.degrees.pp}, {"cp", job.cp}, {"world_size", job.degrees.world()}, {"local_batch_size", job.local_batch_size},
         {"seq_len", job.seq_len}, {"grad_accum_steps", job.grad_accum_steps}, {"ac", ac_name(job.ac)},
         {"compile", job.compile}, {"float8", job.float8}, {"async_tp", job.async_tp}, {"bf16", job.bf16}}},
       {"hardware",
@@ -137,9 +137,12 @@ void print_table(const config::JobConfig& config, const estimate::JobShape& job,
   // Under PP the local batch is split into the schedule's microbatches; otherwise each
   // microbatch of gradient accumulation is a local batch.
   const int64_t microbatches = g.pp > 1 ? (job.pp_microbatches > 0 ? job.pp_microbatches : g.pp) : job.grad_accum_steps;
-  fmt::print("model      {} {}: {:.3f}B params; local batch {} x seq {}, {} microbatch{} per step\n", config.model.name,
-             config.model.flavor, double(params.total) / 1e9, job.local_batch_size, job.seq_len, microbatches,
-             microbatches > 1 ? "es" : "");
+  fmt::print("model      {} {}: {:.3f}B params; local batch {} x seq {}{}, {} microbatch{} per step\n", config.model.name,
+             config.model.flavor, double(params.total) / 1e9, job.local_batch_size, job.seq_len * job.cp,
+             job.cp > 1 ? fmt::format(" ({} per rank: context parallel {}; dp_shard below counts dp_shard x cp)",
+                                      job.seq_len, job.cp)
+                        : "",
+             microbatches, microbatches > 1 ? "es" : "");
   fmt::print("layout     dp_replicate {} x dp_shard {} x tp {} x pp {} = {} {}{}; {}; AC {}{}{}{}\n", g.dp_replicate,
              g.dp_shard, g.tp, g.pp, g.world(), device, g.world() > 1 ? "s" : "", job.bf16 ? "bf16" : "fp32", ac_name(job.ac),
              job.compile ? ", compile" : "", job.float8 ? ", float8" : "", job.async_tp ? ", async TP" : "");

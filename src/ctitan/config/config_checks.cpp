@@ -100,8 +100,9 @@ void check_config(const JobConfig& c) {
   require(p.context_parallel_degree >= 1,
           fmt::format("parallelism.context_parallel_degree must be >= 1 (got {})", p.context_parallel_degree));
   // Head-tail load balancing cuts every sequence into 2 x cp equal chunks (parallel/cp/load_balance.h).
-  require(p.context_parallel_degree == 1 || (p.context_parallel_degree <= (int64_t(1) << 24) &&
-                                             c.training.seq_len % (2 * p.context_parallel_degree) == 0),
+  // (A degree beyond 2^24 is left to check_size_ranges, which names it.)
+  require(p.context_parallel_degree == 1 || p.context_parallel_degree > (int64_t(1) << 24) ||
+              c.training.seq_len % (2 * p.context_parallel_degree) == 0,
           fmt::format("training.seq_len {} is not divisible by 2 x parallelism.context_parallel_degree ({}): "
                       "context parallelism cuts each sequence into 2 x cp equal chunks",
                       c.training.seq_len, p.context_parallel_degree));

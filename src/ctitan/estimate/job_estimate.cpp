@@ -69,7 +69,7 @@ struct LayerCost {
 LayerCost layer_cost(const JobShape& job, bool fused) {
   const Widths w(job.model);
   const double lin = double(numel(block_weights(w), /*linear_only=*/true));
-  const double T = double(job.seq_len);
+  const double T = double(job.seq_len * job.cp);  // the keys a query's attention spans
   double recompute_lin = 0, recompute_attn = 0;
   bool recompute_any = job.ac != ActivationCheckpoint::kNone;
   if (job.ac == ActivationCheckpoint::kFull) {
@@ -127,9 +127,10 @@ JobShape job_shape_from_config(const config::JobConfig& config, const models::Mo
   }
   job.grad_accum_steps = global / (t.local_batch_size * dp);
   // Context parallelism, as the estimate sees it: each rank computes T / cp tokens of every
-  // sequence, and FSDP shards over dp_shard x cp. (Ring attention's key/value buffers and the
-  // attention's whole-sequence keys are not modelled: an approximation, not a walk of the step.)
+  // sequence, attending to all T keys, and FSDP shards over dp_shard x cp. The rotation's key and
+  // value buffers are not modelled (docs/design/context_parallel.md gives their size).
   if (cp > 1) {
+    job.cp = cp;
     job.seq_len = t.seq_len / cp;
     job.degrees.dp_shard *= cp;
   }
@@ -223,7 +224,7 @@ ThroughputEstimate estimate_throughput(const JobShape& job, const HardwareProfil
   const bool fused = !hw.is_gpu || job.compile;
 
   ThroughputEstimate out;
-  out.flops_per_token = models::flops_per_token(job.model, job.seq_len);
+  out.flops_per_token = models::flops_per_token(job.model, job.seq_len * job.cp);
   const LayerCost layer = layer_cost(job, fused);
   const double V = double(w.vocab), d = double(w.d);
   const double output_flops = 6 * V * d;       // bf16: torchtitan's float8 conversion skips `output`

@@ -34,7 +34,10 @@ struct ParallelDegrees {
 struct JobShape {
   models::ModelArgs model;
   int64_t local_batch_size = 1;  // sequences per dp rank per microbatch of gradient accumulation
-  int64_t seq_len = 2048;
+  int64_t seq_len = 2048;        // tokens per sequence each rank computes: training.seq_len / cp
+  // Context parallelism: each rank holds seq_len of a sequence cp times longer, whose keys its
+  // attention spans; `degrees.dp_shard` then counts FSDP's dp_shard x cp ranks.
+  int64_t cp = 1;
   int64_t grad_accum_steps = 1;  // microbatches per optimizer step (training.global_batch_size)
   ParallelDegrees degrees;
   bool bf16 = true;              // training.mixed_precision_param: bf16 compute, fp32 master weights

@@ -159,6 +159,11 @@ void ParallelizedModel::apply_context_parallel(const distributed::DistContext& d
   spdlog::info("CP over {} ranks: each holds 2 of {} chunks of every sequence (head-tail load balancing), ring "
                "attention with keys and values rotated by {}; FSDP shards over dp_shard {} x cp {}",
                dist.dims.cp, 2 * dist.dims.cp, config::name_of(method), dist.dims.dp_shard, dist.dims.cp);
+  if (device_type_ != torch::kCPU) {
+    spdlog::warn("context parallelism on {} computes its attention blocks with plain ops (memory grows with the square "
+                 "of seq_len / cp per block); the flash kernel with log-sum-exp is used on the CPU only "
+                 "(docs/design/context_parallel.md)", c10::DeviceTypeName(device_type_, /*lower_case=*/true));
+  }
 }
 
 std::pair<torch::Tensor, torch::Tensor> ParallelizedModel::local_batch(const torch::Tensor& inputs,

@@ -166,8 +166,9 @@ const RopeTables& TransformerImpl::rope_for(torch::Device device) {
 RopeTables TransformerImpl::rope_of_tokens(torch::Device device) {
   const auto& rope = rope_for(device);
   if (!token_positions_.defined()) return rope;  // ops::rope reads the first T rows
-  auto rows = token_positions_.to(device);
-  return {rope.cos.index_select(0, rows), rope.sin.index_select(0, rows)};  // each (T, head_dim/2)
+  // Moved once, not in every forward (a CUDA copy from pageable memory would wait for the host).
+  if (token_positions_.device() != device) token_positions_ = token_positions_.to(device);
+  return {rope.cos.index_select(0, token_positions_), rope.sin.index_select(0, token_positions_)};  // each (T, head_dim/2)
 }
 
 std::vector<TransformerBlockImpl*> TransformerImpl::blocks() const {

@@ -7,9 +7,9 @@
 namespace ctitan::parallel::cp {
 namespace {
 
-using torch::indexing::Slice;
-
-bool use_flash(const torch::Tensor& q) { return ops::fused_for("attention", q); }
+bool use_flash(const torch::Tensor& q, BlockKernel kernel) {
+  return kernel == BlockKernel::kAuto && ops::fused_for("attention", q);
+}
 
 // (Tq, Tk) booleans: query i sees key j <= i (square blocks only).
 torch::Tensor causal_keep(int64_t Tq, int64_t Tk, const torch::Device& device) {
@@ -17,12 +17,6 @@ torch::Tensor causal_keep(int64_t Tq, int64_t Tk, const torch::Device& device) {
 }
 
 }  // namespace
-
-BlockPlan plan_block(int64_t rank, int64_t source, int64_t chunk) {
-  if (source == rank) return {Slice(), Slice(), true};
-  if (source < rank) return {Slice(), Slice(0, chunk), false};
-  return {Slice(chunk, torch::indexing::None), Slice(), false};
-}
 
 torch::Tensor heads_first(const torch::Tensor& x, int64_t n_rep) {
   auto y = x.transpose(1, 2);  // (B, H_kv, T, D)
@@ -38,8 +32,9 @@ torch::Tensor heads_back(const torch::Tensor& g, int64_t n_rep) {
 }
 
 std::pair<torch::Tensor, torch::Tensor> block_forward(const torch::Tensor& q, const torch::Tensor& k,
-                                                      const torch::Tensor& v, bool causal, double scale) {
-  if (use_flash(q)) {
+                                                      const torch::Tensor& v, bool causal, double scale,
+                                                      BlockKernel kernel) {
+  if (use_flash(q, kernel)) {
     auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, std::nullopt, scale);
     return {out.to(torch::kFloat), lse.to(torch::kFloat)};
   }
@@ -63,8 +58,8 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> block_backward(const tor
                                                                        const torch::Tensor& k, const torch::Tensor& v,
                                                                        const torch::Tensor& out,
                                                                        const torch::Tensor& lse, bool causal,
-                                                                       double scale) {
-  if (use_flash(q)) {
+                                                                       double scale, BlockKernel kernel) {
+  if (use_flash(q, kernel)) {
     auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, 0.0, causal,
                                                                                   std::nullopt, scale);
     return {dq.to(torch::kFloat), dk.to(torch::kFloat), dv.to(torch::kFloat)};

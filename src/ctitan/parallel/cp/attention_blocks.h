@@ -1,7 +1,6 @@
 #pragma once
-// The block attention context parallelism is built from: which of a rank's query rows see which
-// rows of the keys it holds at each step of the rotation (load-balanced causal layout), and one
-// block's forward and backward with its log-sum-exp, through which blocks merge exactly.
+// The block attention context parallelism is built from: one block's forward and backward with
+// its log-sum-exp, through which blocks merge exactly (which blocks: load_balance.h's plan_block).
 #include <torch/torch.h>
 
 #include <tuple>
@@ -9,27 +8,21 @@
 
 namespace ctitan::parallel::cp {
 
-// Rank r holds chunks r (head) and 2cp-1-r (tail) of the sequence; the keys of rank j hold chunks
-// j and 2cp-1-j. j == r: the local causal block; j < r: every query sees j's head chunk, never its
-// tail (2cp-1-j > 2cp-1-r); j > r: only the tail queries see anything, and they see both of j's
-// chunks. Each step but the local one is therefore one unmasked block of half the local work.
-struct BlockPlan {
-  torch::indexing::Slice q_rows, k_rows;  // along the token dimension of this rank's T / cp rows
-  bool causal = false;
-};
-BlockPlan plan_block(int64_t rank, int64_t source, int64_t chunk);
-
 // (B, T, H_kv, D) -> (B, H, T, D): GQA's heads repeated, heads before tokens for the kernels.
 torch::Tensor heads_first(const torch::Tensor& x, int64_t n_rep);
 // (B, H, T, D) -> (B, T, H_kv, D): the repeated heads' gradients summed back onto their kv head.
 torch::Tensor heads_back(const torch::Tensor& g, int64_t n_rep);
 
+// Which kernels compute a block: kAuto takes PyTorch's flash kernel (the one SDPA runs) on the
+// CPU, and plain ops elsewhere (CUDA) or with CTITAN_DISABLE_FUSED=attention; kPlainOps always
+// the plain ops (O(Tq x Tk) memory), which the tests hold against the flash kernel.
+enum class BlockKernel { kAuto, kPlainOps };
+
 // One block's attention: out (B, H, Tq, D) fp32 and its log-sum-exp (B, H, Tq) fp32 (natural
-// log of the sum of exp(scaled scores)). q, k, v: (B, H, T, D) in the compute dtype. On the CPU,
-// PyTorch's flash kernel (the one SDPA runs) gives both; elsewhere, and with
-// CTITAN_DISABLE_FUSED=attention, the same in plain ops (O(Tq x Tk) memory).
+// log of the sum of exp(scaled scores)). q, k, v: (B, H, T, D) in the compute dtype.
 std::pair<torch::Tensor, torch::Tensor> block_forward(const torch::Tensor& q, const torch::Tensor& k,
-                                                      const torch::Tensor& v, bool causal, double scale);
+                                                      const torch::Tensor& v, bool causal, double scale,
+                                                      BlockKernel kernel = BlockKernel::kAuto);
 
 // Merges a block's (out, lse) into the running (out, lse) of the rows it covers, in place: the
 // softmax over the union of the keys seen so far. All fp32; `out` (B, H, Tq, D), `lse` (B, H, Tq).
@@ -43,6 +36,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> block_backward(const tor
                                                                        const torch::Tensor& k, const torch::Tensor& v,
                                                                        const torch::Tensor& out,
                                                                        const torch::Tensor& lse, bool causal,
-                                                                       double scale);
+                                                                       double scale,
+                                                                       BlockKernel kernel = BlockKernel::kAuto);
 
 }  // namespace ctitan::parallel::cp

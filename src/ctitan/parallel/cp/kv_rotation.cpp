@@ -61,32 +61,34 @@ class RingRotation final : public KvRotation {
   }
 
   void add_grad(int64_t step, const torch::Tensor& grad) override {
+    if (step == 0) {  // this rank's queries against its own keys: kept here until own_grad()
+      own_ = grad;
+      return;
+    }
+    // The sum for step s's keys starts at the rank after their owner (step 1) and gathers one
+    // rank's contribution per hop; it reaches the owner after cp - 1 hops.
     auto sum = grad;
     if (grad_hop_) {  // the previous rank's sum for the same keys so far
       grad_hop_->wait(times_);
       grad_hop_.reset();
       sum = sum + grad_incoming_;
     }
-    if (group_.size() == 1) {
-      grad_incoming_ = sum;  // a group of one: its own keys' gradient, complete
-      return;
-    }
     grad_incoming_ = torch::empty_like(sum);
     grad_hop_.emplace(group_, sum, grad_incoming_, grad_tag(step));  // its Work holds `sum` until the wait
   }
 
   torch::Tensor own_grad() override {
-    // After the last hop each rank holds the sum for its own keys (cp hops after they left it).
-    if (grad_hop_) grad_hop_->wait(times_);
+    if (!grad_hop_) return own_;  // a group of one
+    grad_hop_->wait(times_);
     grad_hop_.reset();
-    return grad_incoming_;
+    return own_ + grad_incoming_;  // every other rank's sum for this rank's keys
   }
 
  private:
   distributed::Communicator& group_;
   torch::Tensor held_, incoming_;
   std::optional<RingHop> hop_;
-  torch::Tensor grad_incoming_;
+  torch::Tensor own_, grad_incoming_;
   std::optional<RingHop> grad_hop_;
   RingTimes* times_;
 };

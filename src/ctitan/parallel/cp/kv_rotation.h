@@ -3,11 +3,13 @@
 // back (torchtitan's context_parallel_rotate_method):
 //   alltoall  - a ring: each step passes the keys held to the next rank, one hop per step, while
 //               the step computes (PyTorch rotates with all_to_all_single; ctitan with isend/irecv,
-//               which is the same exchange); gradients travel one hop behind, summed on the way.
+//               which is the same exchange); in backward the gradients travel one hop behind the
+//               keys, summed on the way, and reach their owner after cp - 1 hops.
 //   allgather - one all-gather of every rank's keys before the steps (overlapping the local
-//               block), and one reduce-scatter of the gradients after them.
-// Both move (cp - 1) x the local keys and values per rank in each direction; the ring holds two
-// buffers of them, the all-gather cp.
+//               block), and in backward one reduce-scatter of the gradients after them.
+// Both move (cp - 1) x a rank's keys and values per pass (forward, and backward again), and in
+// backward (cp - 1) x their gradients in fp32. The ring holds two key buffers and two gradient
+// buffers at a time; the all-gather cp copies of the keys, and in backward cp fp32 gradients.
 #include <torch/torch.h>
 
 #include <memory>

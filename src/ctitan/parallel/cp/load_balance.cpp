@@ -26,6 +26,13 @@ torch::Tensor shard_sequence(const torch::Tensor& x, int64_t rank, int64_t cp) {
   return torch::cat({x.narrow(1, head, chunk), x.narrow(1, tail, chunk)}, 1);
 }
 
+BlockPlan plan_block(int64_t rank, int64_t source, int64_t chunk) {
+  using torch::indexing::Slice;
+  if (source == rank) return {Slice(), Slice(), true};
+  if (source < rank) return {Slice(), Slice(0, chunk), false};
+  return {Slice(chunk, torch::indexing::None), Slice(), false};
+}
+
 torch::Tensor unshard_sequence(const std::vector<torch::Tensor>& shards) {
   const int64_t cp = int64_t(shards.size());
   TORCH_CHECK(cp >= 1 && shards.front().size(1) % 2 == 0, "unshard_sequence: an even shard length per rank");

@@ -7,20 +7,14 @@
 #include <limits>
 
 #include "ctitan/parallel/cp/attention_blocks.h"
+#include "ctitan/parallel/cp/load_balance.h"
 
 namespace ctitan::parallel::cp {
 namespace {
 
 using torch::indexing::Slice;
 
-// The pieces of ring_attention's call that autograd's saved data cannot hold (it holds IValues):
-// ContextParallel owns them for the model's life, longer than any graph built through it, so
-// they travel as an address.
-struct RingSettings {
-  distributed::Communicator* group;
-  RingTimes* times;
-  config::CpRotateMethod method;
-};
+using RingSettings = RingAttention::Settings;
 
 class RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
  public:
@@ -59,7 +53,7 @@ class RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
     const int64_t rank = s.group->rank(), cp = s.group->size();
     const int64_t B = q.size(0), Tl = q.size(1), H = q.size(2), D = q.size(3), n_rep = H / k.size(2);
     const double scale = 1.0 / std::sqrt(double(D));
-    auto dout = grads[0].view({B, Tl, H, D}).transpose(1, 2).to(q.scalar_type());  // (B, H, Tl, D)
+    auto dout = grads[0].reshape({B, Tl, H, D}).transpose(1, 2).to(q.scalar_type());  // (B, H, Tl, D)
     auto q_bh = q.transpose(1, 2);
     auto dq = torch::zeros({B, H, Tl, D}, q.options().dtype(torch::kFloat));
     // The keys go around again, as in forward; their gradients (fp32) go back to their owners.
@@ -86,14 +80,8 @@ class RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
 
 }  // namespace
 
-struct RingAttention::Settings : RingSettings {};
-
 RingAttention::RingAttention(std::shared_ptr<distributed::Communicator> group, config::CpRotateMethod method)
-    : group_(std::move(group)), settings_(std::make_unique<Settings>()) {
-  settings_->group = group_.get();
-  settings_->times = &times_;
-  settings_->method = method;
-}
+    : group_(std::move(group)), settings_{group_.get(), &times_, method} {}
 
 RingAttention::~RingAttention() = default;
 
@@ -106,7 +94,7 @@ torch::Tensor RingAttention::operator()(const torch::Tensor& q, const torch::Ten
   // The inputs' dtype decides the precision, as ops::causal_attention: autocast would recast.
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   // A group of one holds the whole sequence in order (chunks 0 and 1): one causal block.
-  return RingAttentionFn::apply(q, k, v, reinterpret_cast<int64_t>(static_cast<RingSettings*>(settings_.get())));
+  return RingAttentionFn::apply(q, k, v, reinterpret_cast<int64_t>(&settings_));
 }
 
 double RingAttention::take_exposed_seconds() { return std::exchange(times_.exposed_seconds, 0.0); }

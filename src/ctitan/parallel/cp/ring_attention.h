@@ -30,11 +30,18 @@ class RingAttention {
   // Seconds blocked waiting for keys or gradients since the last call.
   double take_exposed_seconds();
 
+  // What the autograd Function reaches through its address, since autograd's saved data holds
+  // IValues only; this object outlives every graph built through it (see operator()).
+  struct Settings {
+    distributed::Communicator* group;
+    RingTimes* times;
+    config::CpRotateMethod method;
+  };
+
  private:
-  struct Settings;
   std::shared_ptr<distributed::Communicator> group_;
   RingTimes times_;
-  std::unique_ptr<Settings> settings_;
+  Settings settings_;
 };
 
 }  // namespace ctitan::parallel::cp
