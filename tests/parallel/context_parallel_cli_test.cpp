@@ -1,7 +1,8 @@
 // Context parallelism through the launcher on loopback, against one process with the same global
 // batch (tests/support/parity.h argues the fp32 bounds): CP(2), CP(4), CP(2) x FSDP(2),
 // CP(2) x HSDP(2 replicas), CP(2) x TP(2), CP(2) x PP(2), CP(2) with gradient accumulation, with full activation
-// checkpointing and with grouped-query attention, Qwen3 under CP x FSDP, a long sequence, validation, a CP x FSDP
+// checkpointing and with grouped-query attention, Qwen3 under CP x FSDP, a long sequence, bf16,
+// validation under Interleaved1F1B x CP, validation, a CP x FSDP
 // checkpoint resumed in one process, a CP(2) checkpoint resumed under CP(4), and the
 // configurations CP refuses.
 //
@@ -155,6 +156,40 @@ TEST(CliContextParallel, ValidationLossEqualsOneProcess) {
   ASSERT_EQ(one.size(), 2u);
   ASSERT_EQ(cp2.size(), one.size());
   for (size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(cp2[i], one[i], 1e-4 * one[i]) << "validation " << i;
+}
+
+// Interleaved1F1B (two stages per rank) over CP(2) ranks, validating: the stages forward each
+// cp rank's chunks in turn, and the last stage's sums add up over dp x cp (and pp).
+TEST(CliContextParallel, InterleavedPipelineValidationEqualsOneProcess) {
+  const std::vector<std::string> job = {"--training.steps", "4", "--validation.enable", "--validation.freq", "2",
+                                        "--validation.steps", "2", "--training.local_batch_size", "4"};
+  auto validation_losses = [](const testing::Rows& rows) {
+    std::vector<double> out;
+    for (const auto& r : rows) {
+      if (r.contains("validation_loss")) out.push_back(r["validation_loss"].get<double>());
+    }
+    return out;
+  };
+  auto one = validation_losses(testing::run_tiny_job(1, job));
+  auto pp_cp = validation_losses(testing::run_tiny_job(
+      4, concat(job, concat(concat(degrees(1, 1), cp(2)), {"--parallelism.pipeline_parallel_degree", "2",
+                                                            "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B"}))));
+  ASSERT_EQ(one.size(), 2u);
+  ASSERT_EQ(pp_cp.size(), one.size());
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(pp_cp[i], one[i], 1e-4 * one[i]) << "validation " << i;
+}
+
+// bf16: FSDP over the cp ranks computes in bf16 parameters, one process under bf16 autocast; both
+// round at bf16's resolution (2^-8 ~ 4e-3) at different points, so the bound is 3e-2 relative on
+// the loss over 10 steps, as for TP's bf16 test. A token counted twice moves the loss by 2x.
+TEST(CliContextParallel, Bf16StaysCloseToOneProcess) {
+  const std::vector<std::string> bf16 = {"--training.mixed_precision_param", "bfloat16", "--training.steps", "10",
+                                         "--metrics.log_freq", "1", "--training.local_batch_size", "4"};
+  auto single = testing::run_tiny_job(1, bf16);
+  auto cp2 = testing::run_tiny_job(2, concat(bf16, concat(degrees(1, 1), cp(2))));
+  auto d = testing::compare_runs(single, cp2, 10);
+  std::cout << "CP(2) bf16 vs 1 process bf16 autocast over 10 steps: max relative difference loss " << d.loss << "\n";
+  EXPECT_LT(d.loss, 3e-2);
 }
 
 // A CP(2) x FSDP(2) checkpoint (FSDP shards over the four ranks) resumed by one process: the
