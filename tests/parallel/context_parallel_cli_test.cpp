@@ -143,15 +143,8 @@ TEST(CliContextParallel, Cp4AtSequence1024MatchesOneProcessWithEitherRotation) {
 TEST(CliContextParallel, ValidationLossEqualsOneProcess) {
   const std::vector<std::string> job = {"--training.steps", "4", "--validation.enable", "--validation.freq", "2",
                                         "--validation.steps", "2"};
-  auto validation_losses = [](const testing::Rows& rows) {
-    std::vector<double> out;
-    for (const auto& r : rows) {
-      if (r.contains("validation_loss")) out.push_back(r["validation_loss"].get<double>());
-    }
-    return out;
-  };
-  auto one = validation_losses(testing::run_tiny_job(1, concat(job, kBatch4)));
-  auto cp2 = validation_losses(
+  auto one = testing::validation_losses(testing::run_tiny_job(1, concat(job, kBatch4)));
+  auto cp2 = testing::validation_losses(
       testing::run_tiny_job(4, concat(job, concat(concat(degrees(1, 2), cp(2)), {"--training.local_batch_size", "2"}))));
   ASSERT_EQ(one.size(), 2u);
   ASSERT_EQ(cp2.size(), one.size());
@@ -163,15 +156,8 @@ TEST(CliContextParallel, ValidationLossEqualsOneProcess) {
 TEST(CliContextParallel, InterleavedPipelineValidationEqualsOneProcess) {
   const std::vector<std::string> job = {"--training.steps", "4", "--validation.enable", "--validation.freq", "2",
                                         "--validation.steps", "2", "--training.local_batch_size", "4"};
-  auto validation_losses = [](const testing::Rows& rows) {
-    std::vector<double> out;
-    for (const auto& r : rows) {
-      if (r.contains("validation_loss")) out.push_back(r["validation_loss"].get<double>());
-    }
-    return out;
-  };
-  auto one = validation_losses(testing::run_tiny_job(1, job));
-  auto pp_cp = validation_losses(testing::run_tiny_job(
+  auto one = testing::validation_losses(testing::run_tiny_job(1, job));
+  auto pp_cp = testing::validation_losses(testing::run_tiny_job(
       4, concat(job, concat(concat(degrees(1, 1), cp(2)), {"--parallelism.pipeline_parallel_degree", "2",
                                                             "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B"}))));
   ASSERT_EQ(one.size(), 2u);

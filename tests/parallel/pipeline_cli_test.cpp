@@ -116,15 +116,8 @@ TEST(CliPipelineParallel, GivenUnevenPartsMatchOneProcess) {
 TEST(CliPipelineParallel, ValidationLossEqualsOneProcess) {
   const std::vector<std::string> job = {"--training.steps", "4", "--training.local_batch_size", "4", "--validation.enable",
                                         "--validation.freq", "2", "--validation.steps", "2"};
-  auto validation_losses = [](const testing::Rows& rows) {
-    std::vector<double> out;
-    for (const auto& r : rows) {
-      if (r.contains("validation_loss")) out.push_back(r["validation_loss"].get<double>());
-    }
-    return out;
-  };
-  auto one = validation_losses(testing::run_tiny_job(1, job));
-  auto pp = validation_losses(testing::run_tiny_job(2, concat(job, pp2("Interleaved1F1B"))));
+  auto one = testing::validation_losses(testing::run_tiny_job(1, job));
+  auto pp = testing::validation_losses(testing::run_tiny_job(2, concat(job, pp2("Interleaved1F1B"))));
   ASSERT_EQ(one.size(), 2u);
   ASSERT_EQ(pp.size(), one.size());
   for (size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(pp[i], one[i], 1e-4 * one[i]) << "validation " << i;

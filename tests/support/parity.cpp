@@ -33,6 +33,14 @@ std::vector<std::string> degrees(int replicate, int shard, int tp) {
           "--parallelism.tensor_parallel_degree", std::to_string(tp)};
 }
 
+std::vector<double> validation_losses(const Rows& rows) {
+  std::vector<double> out;
+  for (const auto& r : rows) {
+    if (r.contains("validation_loss")) out.push_back(r["validation_loss"].get<double>());
+  }
+  return out;
+}
+
 Deviation compare_runs(const Rows& reference, const Rows& run, size_t steps) {
   EXPECT_EQ(reference.size(), steps);
   EXPECT_EQ(run.size(), steps);

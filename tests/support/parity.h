@@ -22,6 +22,9 @@ struct Deviation {
 // Largest relative differences of loss and grad norm, step by step; both runs log every step.
 Deviation compare_runs(const Rows& reference, const Rows& run, size_t steps);
 
+// The validation losses of a run's rows, in step order.
+std::vector<double> validation_losses(const Rows& rows);
+
 // 30 steps, every step logged.
 extern const std::vector<std::string> kThirtySteps;
 
