@@ -369,19 +369,11 @@ double Trainer::validate() {
   loss_sum = model_->sum_over_stages(loss_sum);  // under PP only the last stage's ranks held a loss
   // Every dp rank evaluated its own shard of the validation windows, and under CP each cp rank
   // its chunks of them: losses add up over dp x cp, the windows' tokens (counted whole) over dp.
-  auto batch_group = dist_->batch_group();
-  if (batch_group.get() != dp_group_.get()) {
-    auto loss_total = torch::tensor(loss_sum, torch::kDouble), token_total = torch::tensor(double(tokens), torch::kDouble);
-    batch_group->all_reduce(loss_total, distributed::ReduceOp::kSum);
-    dp_group_->all_reduce(token_total, distributed::ReduceOp::kSum);
-    loss_sum = loss_total.item<double>();
-    tokens = int64_t(token_total.item<double>());
-  } else {
-    auto totals = torch::tensor({loss_sum, double(tokens)}, torch::kDouble);
-    dp_group_->all_reduce(totals, distributed::ReduceOp::kSum);
-    loss_sum = totals[0].item<double>();
-    tokens = int64_t(totals[1].item<double>());
-  }
+  auto loss_total = torch::tensor(loss_sum, torch::kDouble), token_total = torch::tensor(double(tokens), torch::kDouble);
+  dist_->batch_group()->all_reduce(loss_total, distributed::ReduceOp::kSum);
+  dp_group_->all_reduce(token_total, distributed::ReduceOp::kSum);
+  loss_sum = loss_total.item<double>();
+  tokens = int64_t(token_total.item<double>());
   double loss = loss_sum / double(std::max<int64_t>(tokens, 1));
   metrics_->log_validation(step_, loss, tokens);
   checkpointer_->record_validation_loss(step_, loss);
