@@ -65,7 +65,7 @@ struct OneRankFsdp {
     for (auto* block : model->blocks()) group_bytes.push_back(parameter_bytes(*block));
     group_bytes.push_back(parameter_bytes(*model->norm) + parameter_bytes(*model->output));
     if (before_fsdp) before_fsdp(*model);
-    fsdp = apply_fsdp(*model, models::dense_decoder_plan(model->args()).fsdp_units, {group, nullptr}, {},
+    fsdp = apply_fsdp(*model, models::decoder_plan(model->args()).fsdp_units, {group, nullptr}, {},
                       config::ReshardAfterForward::kDefault);
   }
 

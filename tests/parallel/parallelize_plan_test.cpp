@@ -101,7 +101,7 @@ std::shared_ptr<distributed::Communicator> one_rank_group() {
 TEST(ParallelizePlan, FsdpMakesOneGroupPerUnitOfThePlan) {
   const auto args = tiny_args();
   auto group = one_rank_group();
-  auto plan = models::dense_decoder_plan(args);
+  auto plan = models::decoder_plan(args);
   {
     models::Transformer model(args);
     auto fsdp = apply_fsdp(*model, plan.fsdp_units, {group, nullptr}, {}, config::ReshardAfterForward::kDefault);
@@ -132,9 +132,9 @@ std::map<std::string, std::pair<const void*, size_t>> storages(const models::Tra
 
 TEST(ParallelizePlan, FsdpRefusesAPlanThatMissesOrDoublesAParameterBeforeSharding) {
   const auto args = tiny_args();
-  auto missing = models::dense_decoder_plan(args);
+  auto missing = models::decoder_plan(args);
   missing.fsdp_units.erase(missing.fsdp_units.begin() + 2);  // layers.1
-  auto nested = models::dense_decoder_plan(args);
+  auto nested = models::decoder_plan(args);
   nested.fsdp_units.insert(nested.fsdp_units.begin() + 2, {{"layers.0.attention"}});  // inside layers.0's unit
   for (const auto& [plan, needle] : {std::pair{missing, "layers.1.attention.wq.weight is in 0 units"},
                                      std::pair{nested, "layers.0.attention.wq.weight is in 2 units"}}) {
@@ -151,7 +151,7 @@ TEST(ParallelizePlan, FsdpRefusesAPlanThatMissesOrDoublesAParameterBeforeShardin
   // The control: applying the whole plan does change the storages.
   models::Transformer model(args);
   const auto before = storages(model);
-  auto fsdp = apply_fsdp(*model, models::dense_decoder_plan(args).fsdp_units, {one_rank_group(), nullptr}, {},
+  auto fsdp = apply_fsdp(*model, models::decoder_plan(args).fsdp_units, {one_rank_group(), nullptr}, {},
                          config::ReshardAfterForward::kDefault);
   EXPECT_NE(storages(model), before);
 }
@@ -162,7 +162,7 @@ TEST(ActivationCheckpoint, WrapsTheUnitsThePlanNames) {
   models::Transformer model(args);
   EXPECT_EQ(apply_activation_checkpointing(*model, {"layers.1", "layers.3", "layers.9"}, full), 2);  // 9: not here
   models::Transformer all(args);
-  EXPECT_EQ(apply_activation_checkpointing(*all, models::dense_decoder_plan(args).checkpoint_units, full), 4);
+  EXPECT_EQ(apply_activation_checkpointing(*all, models::decoder_plan(args).checkpoint_units, full), 4);
 }
 
 }  // namespace

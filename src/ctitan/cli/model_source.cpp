@@ -54,6 +54,7 @@ models::Transformer build_model_from_source(const ModelSource& source) {
   for (auto& item : model->named_parameters()) {
     item.value().copy_(require_state(source.model, item.key()).to(torch::kFloat));
   }
+  for (auto& item : model->named_buffers()) item.value().copy_(require_state(source.model, item.key()));
   model->eval();
   return model;
 }

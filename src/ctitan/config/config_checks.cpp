@@ -97,6 +97,10 @@ void check_config(const JobConfig& c) {
           fmt::format("parallelism.tensor_parallel_degree must be >= 1 (got {})", p.tensor_parallel_degree));
   require(p.pipeline_parallel_degree >= 1,
           fmt::format("parallelism.pipeline_parallel_degree must be >= 1 (got {})", p.pipeline_parallel_degree));
+  require(std::isfinite(c.model.load_balance_coeff),
+          fmt::format("model.load_balance_coeff must be a finite number (got {})", c.model.load_balance_coeff));
+  require(p.expert_parallel_degree >= 1,
+          fmt::format("parallelism.expert_parallel_degree must be >= 1 (got {})", p.expert_parallel_degree));
   require(p.context_parallel_degree >= 1,
           fmt::format("parallelism.context_parallel_degree must be >= 1 (got {})", p.context_parallel_degree));
   // Head-tail load balancing cuts every sequence into 2 x cp equal chunks (parallel/cp/load_balance.h).
@@ -140,7 +144,8 @@ void check_config(const JobConfig& c) {
   for (auto [key, v] : {std::pair{"dim", c.model.dim}, {"n_layers", c.model.n_layers},
                         {"n_heads", c.model.n_heads}, {"n_kv_heads", c.model.n_kv_heads},
                         {"vocab_size", c.model.vocab_size}, {"head_dim", c.model.head_dim},
-                        {"hidden_dim", c.model.hidden_dim}}) {
+                        {"hidden_dim", c.model.hidden_dim}, {"num_experts", c.model.num_experts},
+                        {"top_k", c.model.top_k}, {"moe_hidden_dim", c.model.moe_hidden_dim}}) {
     require(v >= 0, fmt::format("model.{} must be >= 0 (got {}; 0 keeps the flavor's value)", key, v));
   }
   check_size_ranges(c);
@@ -192,6 +197,9 @@ void check_size_ranges(const JobConfig& c) {
   at_most("model.head_dim", m.head_dim, int64_t(1) << 16, "2^16");
   at_most("model.hidden_dim", m.hidden_dim, int64_t(1) << 24, "2^24");
   at_most("model.vocab_size", m.vocab_size, int64_t(1) << 26, "2^26");
+  at_most("model.num_experts", m.num_experts, int64_t(1) << 16, "2^16");
+  at_most("model.top_k", m.top_k, int64_t(1) << 16, "2^16");
+  at_most("model.moe_hidden_dim", m.moe_hidden_dim, int64_t(1) << 24, "2^24");
   const auto& t = c.training;
   at_most("training.seq_len", t.seq_len, int64_t(1) << 24, "2^24 tokens");
   at_most("training.local_batch_size", t.local_batch_size, int64_t(1) << 24, "2^24 sequences");
@@ -202,6 +210,7 @@ void check_size_ranges(const JobConfig& c) {
                         {"data_parallel_shard_degree", p.data_parallel_shard_degree},
                         {"tensor_parallel_degree", p.tensor_parallel_degree},
                         {"context_parallel_degree", p.context_parallel_degree},
+                        {"expert_parallel_degree", p.expert_parallel_degree},
                         {"pipeline_parallel_degree", p.pipeline_parallel_degree},
                         {"pipeline_parallel_microbatch_size", p.pipeline_parallel_microbatch_size},
                         {"pipeline_parallel_layers_per_stage", p.pipeline_parallel_layers_per_stage}}) {

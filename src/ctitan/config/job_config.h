@@ -48,7 +48,7 @@ struct Job {
 };
 
 struct Model {
-  std::string name = "llama3";          // model family: llama3 | qwen3 (models/model_spec.h)
+  std::string name = "llama3";          // model family: llama3 | qwen3 | qwen3_moe (models/model_spec.h)
   std::string flavor = "debugmodel";    // the family's size (models/<family>/flavors.cpp)
   std::string tokenizer_path = "";      // tiktoken rank file (tokenizer.model), tokenizer.json, or a directory with either
   // Optional shape overrides on top of the flavor; 0 keeps the flavor's value. Tests use these
@@ -64,6 +64,12 @@ struct Model {
   // HF config.json, so a model trained with other values keeps them.
   double rope_theta = 0;
   double norm_eps = 0;
+  // MoE shape overrides (a MoE family's flavors only; torchtitan's MoEArgs names): 0 keeps the
+  // flavor's; load_balance_coeff < 0 keeps it, 0 turns the selection bias off.
+  int64_t num_experts = 0;
+  int64_t top_k = 0;
+  int64_t moe_hidden_dim = 0;    // each expert's SwiGLU width (torchtitan's moe_inter_dim)
+  double load_balance_coeff = -1;
 };
 
 struct Optimizer {
@@ -139,6 +145,9 @@ struct Parallelism {
   // sequence (head-tail load balancing); attention passes keys and values around the ring.
   int64_t context_parallel_degree = 1;
   CpRotateMethod context_parallel_rotate_method = CpRotateMethod::kAllGather;  // allgather | alltoall (a ring)
+  // Expert parallelism: MoE experts split over this many of dp_shard's ranks. Checked, then
+  // refused above 1: not built yet (a MoE model trains under DDP, FSDP, TP, PP and CP).
+  int64_t expert_parallel_degree = 1;
   // Pipeline parallelism (parallel/pipeline/): the outermost mesh dimension.
   int64_t pipeline_parallel_degree = 1;
   std::string pipeline_parallel_schedule = "1F1B";   // GPipe | 1F1B | Interleaved1F1B

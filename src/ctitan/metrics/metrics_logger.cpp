@@ -105,6 +105,9 @@ void MetricsLogger::log(const StepMetrics& m) {
       if (std::isnan(value)) continue;  // not measured in this run (e.g. bandwidth of one process)
       tensorboard_->add_scalar(tag, value, m.step);
     }
+    for (const auto& [tag, value] : m.extra) {  // data_tokens/<source>, moe/layer_<i>/load_cv, ...
+      if (!std::isnan(value)) tensorboard_->add_scalar(tag, value, m.step);
+    }
   }
   if (!jsonl_.is_open()) return;
   nlohmann::json row = {

@@ -9,11 +9,12 @@
 #include "ctitan/common/message_text.h"
 #include "ctitan/models/llama3/flavors.h"
 #include "ctitan/models/qwen3/flavors.h"
+#include "ctitan/models/qwen3_moe/flavors.h"
 
 namespace ctitan::models {
 
 const std::vector<ModelSpec>& model_specs() {
-  static const std::vector<ModelSpec> specs{llama3::spec(), qwen3::spec()};
+  static const std::vector<ModelSpec> specs{llama3::spec(), qwen3::spec(), qwen3_moe::spec()};
   return specs;
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // Run-time switch back to the plain tensor-op formulations, for before/after measurements in one
 // build and for bisecting a numerical question: CTITAN_DISABLE_FUSED=attention,rms_norm (or
-// "all"). Names: attention, rms_norm, rope, swiglu, cross_entropy, adamw, grad_norm.
+// "all"). Names: attention, rms_norm, rope, swiglu, cross_entropy, adamw, grad_norm, grouped_mm.
 #include <ATen/ATen.h>
 
 #include <string>

@@ -17,6 +17,10 @@ void move_deferred(torch::nn::Module& module, torch::Device device) {
     if (!models::is_deferred(p) || p.device() == device) continue;
     p.set_data(deferred_tensor(p.sizes(), p.options().device(device)));
   }
+  // Buffers (a MoE layer's expert_bias) are built with their values, and are small: moved whole.
+  for (auto& b : module.buffers()) {
+    if (b.device() != device) b.set_data(b.to(device));
+  }
 }
 
 }  // namespace ctitan::parallel

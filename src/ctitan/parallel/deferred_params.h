@@ -9,7 +9,8 @@ namespace ctitan::parallel {
 torch::Tensor deferred_tensor(at::IntArrayRef sizes, const torch::TensorOptions& options);
 
 // Every deferred parameter of `module` (recursively) not on `device` becomes a tensor of the same
-// shape and dtype there, still without storage; parameters with values are left alone.
+// shape and dtype there, still without storage; parameters with values are left alone. Buffers
+// move with their values.
 void move_deferred(torch::nn::Module& module, torch::Device device);
 
 }  // namespace ctitan::parallel

@@ -31,6 +31,23 @@ void refuse_layouts_the_model_lacks(const models::ModelArgs& args, const distrib
                                   "parallelism cannot split; use an untied flavor or another layout",
                                   config.model.flavor, config.model.name));
   }
+  const int64_t ep = config.parallelism.expert_parallel_degree;
+  if (ep == 1) return;
+  // torchtitan's rules first, so that a layout that could never work is named as such.
+  if (args.moe.num_experts == 0) {
+    throw ConfigError(fmt::format("parallelism.expert_parallel_degree {} needs a mixture-of-experts model; model.name "
+                                  "{} is dense", ep, config.model.name));
+  }
+  if (args.moe.num_experts % ep != 0) {
+    throw ConfigError(fmt::format("model.num_experts {} is not divisible by parallelism.expert_parallel_degree {}",
+                                  args.moe.num_experts, ep));
+  }
+  if (dims.dp_shard % ep != 0) {
+    throw ConfigError(fmt::format("parallelism.expert_parallel_degree {} does not divide data_parallel_shard_degree {}: "
+                                  "expert parallelism takes its ranks from dp_shard", ep, dims.dp_shard));
+  }
+  throw ConfigError(fmt::format("parallelism.expert_parallel_degree {}: expert parallelism is not built yet; with 1, "
+                                "FSDP shards the experts over dp_shard (1/N of their state per rank)", ep));
 }
 
 std::unique_ptr<ParallelizedModel> parallelize(models::DeferredModel model, const distributed::DistContext& dist,
@@ -56,6 +73,11 @@ std::unique_ptr<ParallelizedModel> parallelize(models::DeferredModel model, cons
   if (!dist.dims.fsdp_enabled()) out->draw_initial_weights(model.draws);
   out->apply_data_parallel(dist, config);
   if (dist.dims.fsdp_enabled()) out->draw_initial_weights(model.draws);
+  // Ranks route different tokens through the same experts across the batch (dp x cp) and across
+  // tp (each its share of the sequence); pp stages hold different layers.
+  out->expert_balance_ = std::make_unique<ExpertBalance>(
+      out->part_pointers(), std::vector<std::shared_ptr<distributed::Communicator>>{
+                                dist.batch_group(), dist.dims.tp_enabled() ? dist.mesh->group("tp") : nullptr});
   // The parameters are fixed from here on.
   out->grad_norm_groups_ = {out->shard_group_.get(), nullptr, {}, out->pp_group_.get()};
   if (out->tensor_parallel_) {
@@ -284,6 +306,16 @@ torch::Tensor ParallelizedModel::summed_loss(const torch::Tensor& logits, const 
 void ParallelizedModel::finish_gradients() {
   // The norms' gradients came from this rank's sequence shard only: summed over tp they are whole.
   if (tensor_parallel_) tensor_parallel_->reduce_replicated_gradients(trained_parameters());
+}
+
+void ParallelizedModel::before_optimizer_step() { expert_balance_->update(); }
+
+std::vector<std::pair<std::string, torch::Tensor>> ParallelizedModel::saved_buffers() const {
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (const auto& part : parts_) {
+    for (const auto& item : part->named_buffers()) named.emplace_back(item.key(), item.value());
+  }
+  return named;
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> ParallelizedModel::trained_parameters() const {

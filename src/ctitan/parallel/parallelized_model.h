@@ -22,6 +22,7 @@
 #include "ctitan/models/common/transformer.h"
 #include "ctitan/parallel/cp/context_parallel.h"
 #include "ctitan/parallel/data_parallel.h"
+#include "ctitan/parallel/moe_balance.h"
 #include "ctitan/parallel/pipeline/runtime.h"
 #include "ctitan/parallel/tp/tensor_parallel.h"
 
@@ -75,8 +76,17 @@ class ParallelizedModel {
 
   // After the step's last backward, before clipping: the gradients TP left partial are whole.
   void finish_gradients();
+  // After finish_gradients, before the optimizer step, on every rank at the same step: the model's
+  // own housekeeping of the step (MoE load balancing moves each expert's selection bias from the
+  // step's token counts, summed over the ranks that share the experts). Nothing for a dense model.
+  void before_optimizer_step();
   // The tensors the optimizer steps on, by FQN: the parameters, or FSDP's fp32 shards of them.
   std::vector<std::pair<std::string, torch::Tensor>> trained_parameters() const;
+  // The model's saved state that is not trained (models::buffer_shapes: MoE expert_bias), whole
+  // on every rank that holds its layer, by FQN.
+  std::vector<std::pair<std::string, torch::Tensor>> saved_buffers() const;
+  // The MoE layers' load and bias ranges at the last step, for the metrics (ExpertBalance::load_metrics).
+  std::vector<std::pair<std::string, double>> expert_load_metrics() const { return expert_balance_->load_metrics(); }
   // The groups the gradient norm spans, aligned with trained_parameters().
   const components::GradNormGroups& grad_norm_groups() const { return grad_norm_groups_; }
   // Where each trained tensor sits in its global tensor (FSDP shards, TP slices, both nested);
@@ -129,6 +139,7 @@ class ParallelizedModel {
   std::unique_ptr<tp::TensorParallel> tensor_parallel_;  // null without TP
   std::unique_ptr<cp::ContextParallel> context_parallel_;  // null without CP
   std::unique_ptr<DataParallel> data_parallel_;          // DDP, FSDP or HSDP; null without them
+  std::unique_ptr<ExpertBalance> expert_balance_;        // empty for a dense model
   std::shared_ptr<distributed::Communicator> shard_group_;  // FSDP's dp_shard group, else null
   bool reduce_every_microbatch_ = false;
   int64_t ranks_per_batch_ = 1;

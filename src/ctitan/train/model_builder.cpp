@@ -7,6 +7,37 @@
 
 namespace ctitan::train {
 
+namespace {
+
+// MoE overrides on a MoE flavor only, and a routing that can be computed.
+void check_moe_overrides(const config::JobConfig& config, models::ModelArgs& args) {
+  const auto& m = config.model;
+  if (args.moe.num_experts == 0) {
+    for (auto [key, set] : {std::pair{"num_experts", m.num_experts > 0}, {"top_k", m.top_k > 0},
+                            {"moe_hidden_dim", m.moe_hidden_dim > 0}, {"load_balance_coeff", m.load_balance_coeff >= 0}}) {
+      if (set) {
+        throw ConfigError(fmt::format("model.{} applies to a mixture-of-experts model; model.name {} is dense", key,
+                                      config.model.name));
+      }
+    }
+    return;
+  }
+  if (m.num_experts) args.moe.num_experts = m.num_experts;
+  if (m.top_k) args.moe.top_k = m.top_k;
+  if (m.moe_hidden_dim) args.moe.hidden_dim = m.moe_hidden_dim;
+  if (m.load_balance_coeff >= 0) args.moe.load_balance_coeff = m.load_balance_coeff;
+  if (args.moe.top_k > args.moe.num_experts) {
+    throw ConfigError(fmt::format("model.top_k {} is more than model.num_experts {}: each token needs top_k distinct "
+                                  "experts", args.moe.top_k, args.moe.num_experts));
+  }
+  if (args.moe.num_expert_groups > 0 && args.moe.num_experts % args.moe.num_expert_groups != 0) {
+    throw ConfigError(fmt::format("model.num_experts {} does not split into the flavor's {} expert groups",
+                                  args.moe.num_experts, args.moe.num_expert_groups));
+  }
+}
+
+}  // namespace
+
 models::ModelArgs model_args_from_config(const config::JobConfig& config, const data::Tokenizer* tokenizer) {
   auto args = models::model_flavor(config.model.name, config.model.flavor);
   const auto& m = config.model;
@@ -20,6 +51,7 @@ models::ModelArgs model_args_from_config(const config::JobConfig& config, const 
   if (m.rope_theta > 0) args.rope_theta = m.rope_theta;
   if (m.norm_eps > 0) args.norm_eps = m.norm_eps;
   args.max_seq_len = std::max(args.max_seq_len, config.training.seq_len);
+  check_moe_overrides(config, args);
 
   if (args.explicit_head_dim == 0 && (args.dim % args.n_heads != 0 || args.head_dim() % 2 != 0)) {
     throw ConfigError(fmt::format("model.dim {} must be a multiple of 2 * model.n_heads {}", args.dim, args.n_heads));

@@ -83,6 +83,7 @@ Trainer::Trainer(config::JobConfig config)
       checkpoint::RankPlace{dist_->env.rank, dist_->env.world_size, int(dp_rank_), int(dp_degree_)}, *this);
   std::set<std::string> model_keys;  // the whole model's, whatever this rank's stage holds
   for (const auto& [fqn, shape] : models::parameter_shapes(args)) model_keys.insert(fqn);
+  for (const auto& [fqn, shape] : models::buffer_shapes(args)) model_keys.insert(fqn);
   checkpointer_->expect_model_keys(std::move(model_keys));
   if (job_.tokenizer) checkpointer_->expect_tokenizer(job_.tokenizer->fingerprint());
   checkpointer_->load();
@@ -121,15 +122,15 @@ Trainer::Trainer(config::JobConfig config)
                                fmt::format("{:%Y%m%d-%H%M}", fmt::localtime(std::time(nullptr))))
                                   .string();
   }
-  if (!dataloader_->source_tokens().empty()) {
+  metrics.extra_fields = [this](int64_t) {
     // A mixture: tokens drawn from each source so far (every rank reads the same stream, so the
     // counts are the run's, not this rank's share). Host integers: no tensor is held.
-    metrics.extra_fields = [this](int64_t) {
-      std::vector<std::pair<std::string, double>> fields;
-      for (const auto& [name, tokens] : dataloader_->source_tokens()) fields.emplace_back("data_tokens/" + name, double(tokens));
-      return fields;
-    };
-  }
+    std::vector<std::pair<std::string, double>> fields;
+    for (const auto& [name, tokens] : dataloader_->source_tokens()) fields.emplace_back("data_tokens/" + name, double(tokens));
+    // MoE layers: the last step's expert loads and bias ranges (this rank's pipeline stage's layers).
+    for (auto& field : model_->expert_load_metrics()) fields.push_back(std::move(field));
+    return fields;
+  };
   metrics_ = std::make_unique<metrics::MetricsProcessor>(std::move(metrics));
   // Metrics rows and TensorBoard points of the steps a checkpoint covers are on disk before it commits.
   checkpointer_->set_before_save([this] {
@@ -144,6 +145,12 @@ Trainer::Trainer(config::JobConfig config)
   spdlog::info("model {} {}: {:.2f}M params ({:.2f}M non-embedding), dim {} layers {} heads {} kv_heads {} "
                "ffn {} vocab {}", config_.model.name, config_.model.flavor, params.total / 1e6, (params.total - params.embedding) / 1e6,
                args.dim, args.n_layers, args.n_heads, args.kv_heads(), args.ffn_hidden_dim(), args.vocab_size);
+  if (const auto& moe = args.moe; moe.num_experts > 0) {
+    spdlog::info("MoE: {:.2f}M of {:.2f}M params active per token; {} experts of hidden {}, top {}{}, {} shared; "
+                 "load balancing {}", params.active / 1e6, params.total / 1e6, moe.num_experts, moe.hidden_dim, moe.top_k,
+                 moe.route_norm ? " renormalised" : "", moe.num_shared_experts,
+                 moe.load_balance_coeff > 0 ? fmt::format("by expert bias, coefficient {}", moe.load_balance_coeff) : "off");
+  }
   if (bf16_ && device_.is_cpu() && !cpu_has_fast_bf16_gemm()) {
     spdlog::warn("bf16 on a CPU without bf16 instructions ({}): libtorch's bf16 matmuls are several times "
                  "slower than fp32 here; --training.mixed_precision_param float32 trains faster on this CPU",
@@ -255,6 +262,7 @@ StepResult Trainer::train_step(const std::vector<data::Batch>& microbatches) {
   model_->finish_gradients();
   auto grad_norm = components::clip_grad_norm(optimizer_->params(), config_.training.max_norm, model_->grad_norm_groups());
   stop_if_not_finite(grad_norm);
+  model_->before_optimizer_step();
   // After the grad norm, so that TP's share of its all-reduces counts as exposed communication too.
   const auto times = model_->take_step_times();
   metrics_->add_comm_seconds(times.exposed_comm_seconds);
@@ -383,6 +391,7 @@ double Trainer::validate() {
 std::map<std::string, StateDict> Trainer::state_dicts() const {
   StateDict model;
   for (const auto& [fqn, p] : model_->trained_parameters()) model[fqn] = p;
+  for (const auto& [fqn, b] : model_->saved_buffers()) model[fqn] = b;
   return {
       {"model", model},
       {"optimizer", optimizer_->state_dict()},
@@ -408,6 +417,7 @@ void Trainer::load_state_dicts(const std::map<std::string, StateDict>& state) {
   {
     torch::NoGradGuard no_grad;
     for (auto& [fqn, p] : model_->trained_parameters()) p.copy_(require_state(part("model"), fqn));
+    for (auto& [fqn, b] : model_->saved_buffers()) b.copy_(require_state(part("model"), fqn));
   }
   optimizer_->load_state_dict(part("optimizer"));
   lr_scheduler_->load_state_dict(part("lr_scheduler"));

@@ -67,7 +67,7 @@ void expect_pipeline_equals_one_process(const std::string& schedule, int local_b
   auto reference = one_process(args, inputs, labels, microbatch_size);
 
   PipelinePlanInput input{int(args.n_layers), 2, schedule, local_batch, microbatch_size};
-  input.layout = models::dense_decoder_plan(args).pipeline;
+  input.layout = models::decoder_plan(args).pipeline;
   auto plan = plan_pipeline(input);
   // Every stage's model is built here, from the same seed as the reference: the global RNG is
   // not for threads.

@@ -15,7 +15,7 @@ namespace {
 using Parts = std::vector<std::vector<std::string>>;
 
 // The shared decoder's names around its blocks: tok_embeddings, layers.i, norm, output.
-const models::PipelineLayout kDecoder = models::dense_decoder_plan({}).pipeline;
+const models::PipelineLayout kDecoder = models::decoder_plan({}).pipeline;
 
 std::vector<std::vector<std::string>> split_modules(int n_layers, int stages, int first_less, int last_less) {
   return pipeline::split_modules(kDecoder, n_layers, stages, first_less, last_less);

@@ -94,6 +94,29 @@ double rope_theta_of(const nlohmann::json& config, const std::string& source) {
   return require_positive(rope, "rope_theta", source + ": rope_parameters");
 }
 
+// Qwen3-MoE's keys: every layer sparse, softmax routing (the family's base), the sizes and
+// norm_topk_prob from the file.
+void read_moe_config(const nlohmann::json& config, const std::string& source, models::MoeArgs& moe) {
+  require_absent_or(config, "decoder_sparse_step", 1, source);
+  require_absent_or(config, "mlp_only_layers", nlohmann::json::array(), source);
+  moe.num_experts = require_size(config, "num_experts", source);
+  moe.top_k = require_size(config, "num_experts_per_tok", source);
+  moe.hidden_dim = require_size(config, "moe_intermediate_size", source);
+  if (moe.top_k > moe.num_experts) {
+    throw InputError(fmt::format("{}: key 'num_experts_per_tok' ({}) is more than num_experts ({})", source, moe.top_k,
+                                 moe.num_experts));
+  }
+  if (config.contains("norm_topk_prob") && !config["norm_topk_prob"].is_null()) {
+    if (!config["norm_topk_prob"].is_boolean()) {
+      throw InputError(fmt::format("{}: key 'norm_topk_prob' must be true or false (got {})", source,
+                                   config["norm_topk_prob"].dump()));
+    }
+    moe.route_norm = config["norm_topk_prob"].get<bool>();
+  } else {
+    moe.route_norm = false;  // transformers' default
+  }
+}
+
 }  // namespace
 
 torch::ScalarType float_dtype_from_name(const std::string& name, const std::string& source) {
@@ -129,6 +152,12 @@ nlohmann::json hf_config_json(const ModelArgs& args, torch::ScalarType dtype,
       {"initializer_range", 0.02},
       {"use_cache", true},
   };
+  if (const auto& moe = args.moe; moe.num_experts > 0) {
+    j["num_experts"] = moe.num_experts;
+    j["num_experts_per_tok"] = moe.top_k;
+    j["moe_intermediate_size"] = moe.hidden_dim;
+    j["norm_topk_prob"] = moe.route_norm;
+  }
   j.update(spec.hf.config_extras);
   if (specials) {
     j["bos_token_id"] = specials->bos;
@@ -180,11 +209,13 @@ ModelArgs model_args_from_hf_config(const nlohmann::json& config, const std::str
   }
   args.ffn_dim = require_size(config, "intermediate_size", source);
   args.tie_word_embeddings = false;  // import_hf unties
+  if (args.moe.num_experts > 0) read_moe_config(config, source, args.moe);
   return args;
 }
 
 void check_model_state(const StateDict& model, const ModelArgs& args, const std::string& source) {
   auto shapes = models::parameter_shapes(args);
+  shapes.merge(models::buffer_shapes(args));
   for (const auto& [name, shape] : shapes) {
     auto it = model.find(name);
     if (it == model.end()) throw InputError(fmt::format("{}: missing parameter '{}'", source, name));
@@ -217,8 +248,17 @@ ModelArgs infer_model_args(const StateDict& model, const ModelArgs& hyper) {
   args.qk_norm = model.count("layers.0.attention.q_norm.weight") > 0;
   args.tie_word_embeddings = model.count("output.weight") == 0;
   // The FFN rule of hyper when it gives the stored width (args equal to the flavor's), else explicit.
-  const int64_t ffn = require_state(model, "layers.0.feed_forward.w1.weight").size(0);
-  if (args.ffn_hidden_dim() != ffn) args.ffn_dim = ffn;
+  if (model.count("layers.0.feed_forward.w1.weight")) {
+    const int64_t ffn = model.at("layers.0.feed_forward.w1.weight").size(0);
+    if (args.ffn_hidden_dim() != ffn) args.ffn_dim = ffn;
+  }
+  // MoE layers: the experts' count and width from the stacked weights; no saved bias, no balancing.
+  const auto experts = fmt::format("layers.{}.moe.experts.w1", args.moe.n_dense_layers);
+  if (args.moe.num_experts > 0 && model.count(experts) && model.at(experts).dim() == 3) {
+    args.moe.num_experts = model.at(experts).size(0);
+    args.moe.hidden_dim = model.at(experts).size(1);
+    if (!model.count(fmt::format("layers.{}.moe.expert_bias", args.moe.n_dense_layers))) args.moe.load_balance_coeff = 0;
+  }
   check_model_state(model, args, source);
   return args;
 }

@@ -20,6 +20,8 @@
 #include "ctitan/common/progress_bar.h"
 #include "ctitan/data/hf_tokenizer_json.h"
 #include "ctitan/data/tokenizer.h"
+#include "ctitan/models/common/parameter_shapes.h"
+#include "ctitan/models/model_spec.h"
 
 namespace ctitan::checkpoint::hf {
 namespace {
@@ -35,10 +37,12 @@ std::vector<std::pair<std::string, torch::Tensor>> hf_tensors(const StateDict& m
   for (int64_t i = 0; i < args.n_layers; ++i) {
     for (const char* suffix : {"attention.wq.weight", "attention.wk.weight", "attention.wv.weight",
                                "attention.wo.weight", "attention.q_norm.weight", "attention.k_norm.weight",
-                               "feed_forward.w1.weight", "feed_forward.w3.weight",
-                               "feed_forward.w2.weight", "attention_norm.weight", "ffn_norm.weight"}) {
+                               "feed_forward.w1.weight", "feed_forward.w3.weight", "feed_forward.w2.weight",
+                               "moe.router.gate.weight", "moe.experts.w1", "moe.experts.w3", "moe.experts.w2",
+                               "moe.shared_experts.w1.weight", "moe.shared_experts.w3.weight",
+                               "moe.shared_experts.w2.weight", "attention_norm.weight", "ffn_norm.weight"}) {
       auto fqn = fmt::format("layers.{}.{}", i, suffix);
-      if (model.count(fqn)) order.push_back(fqn);  // the QK-norms only where the family has them
+      if (model.count(fqn)) order.push_back(fqn);  // only what the family and the layer have
     }
   }
   order.push_back("norm.weight");
@@ -48,15 +52,31 @@ std::vector<std::pair<std::string, torch::Tensor>> hf_tensors(const StateDict& m
   for (const auto& fqn : order) {
     // Permute in the source dtype, then cast: a pure reordering, so exact either way.
     auto t = to_hf_layout(fqn, model.at(fqn).detach().to(torch::kCPU), args);
-    out.emplace_back(to_hf_name(fqn), t.to(dtype).contiguous());
+    if (is_stacked_experts(fqn)) {
+      for (int64_t e = 0; e < t.size(0); ++e) out.emplace_back(expert_hf_name(fqn, e), t[e].to(dtype).contiguous());
+    } else {
+      out.emplace_back(to_hf_name(fqn), t.to(dtype).contiguous());
+    }
   }
   return out;
+}
+
+// HF's Qwen3-MoE routes without a selection bias: a trained bias is dropped, and the export
+// routes some tokens to other experts than ctitan did. Said, not refused: torchtitan drops it too.
+void warn_if_bias_dropped(const StateDict& model, const ModelArgs& args) {
+  double largest = 0;
+  for (const auto& [fqn, shape] : models::buffer_shapes(args)) largest = std::max(largest, model.at(fqn).abs().max().item<double>());
+  if (largest > 0) {
+    spdlog::warn("HF export: the experts' selection bias (|bias| up to {:.3g}) has no place in {}'s config and is "
+                 "dropped; the export's router chooses by the scores alone", largest, models::model_spec(args.family).hf.architecture);
+  }
 }
 
 }  // namespace
 
 int export_hf(const StateDict& model, const ModelArgs& args, const HfExportOptions& options, const fs::path& out_dir) {
   check_model_state(model, args, "HF export");
+  warn_if_bias_dropped(model, args);
   check_output_dir(out_dir, options.overwrite, "HF export: output");
   if (options.max_shard_bytes <= 0) throw InputError("HF export: max shard size must be positive");
 

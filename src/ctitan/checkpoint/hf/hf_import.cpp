@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -13,6 +14,7 @@
 #include "ctitan/checkpoint/hf/safetensors.h"
 #include "ctitan/common/error.h"
 #include "ctitan/common/progress_bar.h"
+#include "ctitan/models/common/parameter_shapes.h"
 
 namespace ctitan::checkpoint::hf {
 namespace {
@@ -76,6 +78,8 @@ HfModel import_hf(const fs::path& dir) {
 
   const auto files = weight_files(dir);
   ProgressBar progress("safetensors files read", int64_t(files.size()));
+  // Routed experts, stored one per tensor: stacked by integer id once every file is read.
+  std::map<std::string, std::map<int64_t, torch::Tensor>> expert_rows;
   for (const auto& file : files) {
     progress.add();
     for (auto& [hf_name, t] : load_safetensors(file).tensors) {
@@ -87,11 +91,34 @@ HfModel import_hf(const fs::path& dir) {
         throw InputError(fmt::format("{}: tensor '{}' is {}, not a floating-point weight", file.string(), hf_name,
                                      c10::toString(t.scalar_type())));
       }
+      if (auto row = expert_row_from_hf(hf_name)) {
+        if (!expert_rows[row->fqn].emplace(row->expert, t).second) {
+          throw InputError(fmt::format("{}: tensor '{}' appears in more than one shard", file.string(), hf_name));
+        }
+        continue;
+      }
       if (!result.model.emplace(from_hf_name(hf_name, file.string()), t).second) {
         throw InputError(fmt::format("{}: tensor '{}' appears in more than one shard", file.string(), hf_name));
       }
     }
   }
+  for (auto& [fqn, rows] : expert_rows) {
+    std::vector<torch::Tensor> stacked;
+    for (int64_t e = 0; e < int64_t(rows.size()); ++e) {
+      auto it = rows.find(e);
+      if (it == rows.end()) {
+        throw InputError(fmt::format("HF import {}: missing tensor '{}'", dir.string(), expert_hf_name(fqn, e)));
+      }
+      stacked.push_back(it->second);
+    }
+    try {
+      result.model[fqn] = torch::stack(stacked);  // (E, out, in)
+    } catch (const c10::Error&) {
+      throw InputError(fmt::format("HF import {}: the experts of '{}' differ in shape", dir.string(), fqn));
+    }
+  }
+  // HF's Qwen3-MoE has no selection bias: balancing starts from zero, as a new model's does.
+  for (const auto& [fqn, shape] : models::buffer_shapes(result.args)) result.model[fqn] = torch::zeros(shape);
   // A config that ties the head to the embeddings ships no lm_head.weight.
   if (!result.model.count("output.weight") && config.contains("tie_word_embeddings") &&
       config["tie_word_embeddings"].is_boolean() && config["tie_word_embeddings"].get<bool>() &&

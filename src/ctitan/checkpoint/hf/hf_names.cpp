@@ -13,7 +13,7 @@ namespace ctitan::checkpoint::hf {
 namespace {
 
 // Per-layer parameter suffixes: torchtitan's, then HF's (w1 = gate, w3 = up, w2 = down).
-constexpr std::array<std::pair<const char*, const char*>, 11> kLayerNames{{
+constexpr std::array<std::pair<const char*, const char*>, 15> kLayerNames{{
     {"attention.wq.weight", "self_attn.q_proj.weight"},
     {"attention.wk.weight", "self_attn.k_proj.weight"},
     {"attention.wv.weight", "self_attn.v_proj.weight"},
@@ -23,6 +23,10 @@ constexpr std::array<std::pair<const char*, const char*>, 11> kLayerNames{{
     {"feed_forward.w1.weight", "mlp.gate_proj.weight"},
     {"feed_forward.w3.weight", "mlp.up_proj.weight"},
     {"feed_forward.w2.weight", "mlp.down_proj.weight"},
+    {"moe.router.gate.weight", "mlp.gate.weight"},  // the router's (E, dim)
+    {"moe.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"},  // DeepSeek's naming
+    {"moe.shared_experts.w3.weight", "mlp.shared_experts.up_proj.weight"},
+    {"moe.shared_experts.w2.weight", "mlp.shared_experts.down_proj.weight"},
     {"attention_norm.weight", "input_layernorm.weight"},
     {"ffn_norm.weight", "post_attention_layernorm.weight"},
 }};
@@ -69,6 +73,39 @@ std::string from_hf_name(const std::string& hf_name, const std::string& source) 
   auto name = translate(hf_name, /*to_hf=*/false);
   if (name.empty()) throw InputError(fmt::format("{}: tensor '{}' is not a parameter of the model ctitan builds", source, hf_name));
   return name;
+}
+
+namespace {
+
+constexpr std::array<std::pair<const char*, const char*>, 3> kExpertNames{{
+    {"w1", "gate_proj"}, {"w3", "up_proj"}, {"w2", "down_proj"}}};
+
+}  // namespace
+
+std::optional<ExpertRow> expert_row_from_hf(const std::string& hf_name) {
+  static const std::regex expert(R"(model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(\w+)\.weight)");
+  std::smatch m;
+  if (!std::regex_match(hf_name, m, expert) || m[2].length() > 9) return std::nullopt;
+  for (const auto& [ours, theirs] : kExpertNames) {
+    // Ids parsed as integers: a sort of the names would put expert 10 before expert 2.
+    if (m[3] == theirs) return ExpertRow{fmt::format("layers.{}.moe.experts.{}", m[1].str(), ours), std::stoll(m[2].str())};
+  }
+  return std::nullopt;
+}
+
+bool is_stacked_experts(const std::string& fqn) {
+  static const std::regex stacked(R"(layers\.\d+\.moe\.experts\.w[123])");
+  return std::regex_match(fqn, stacked);
+}
+
+std::string expert_hf_name(const std::string& fqn, int64_t expert) {
+  static const std::regex stacked(R"(layers\.(\d+)\.moe\.experts\.(w[123]))");
+  std::smatch m;
+  if (!std::regex_match(fqn, m, stacked)) throw InputError(fmt::format("HF export: '{}' is not a stacked experts weight", fqn));
+  for (const auto& [ours, theirs] : kExpertNames) {
+    if (m[2] == ours) return fmt::format("model.layers.{}.mlp.experts.{}.{}.weight", m[1].str(), expert, theirs);
+  }
+  throw std::logic_error("expert_hf_name: " + fqn);
 }
 
 torch::Tensor permute_rows_to_hf(const torch::Tensor& w, int64_t n_heads) {

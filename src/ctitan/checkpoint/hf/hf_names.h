@@ -1,8 +1,10 @@
 #pragma once
-// torchtitan parameter names <-> Hugging Face names (LlamaForCausalLM and Qwen3ForCausalLM share
-// them; Qwen3 adds the QK-norms), and the q/k row order that HF's rotary convention needs.
+// torchtitan parameter names <-> Hugging Face names (LlamaForCausalLM, Qwen3ForCausalLM and
+// Qwen3MoeForCausalLM share them; Qwen3 adds the QK-norms, Qwen3-MoE the router and experts),
+// and the q/k row order that HF's rotary convention needs.
 #include <torch/torch.h>
 
+#include <optional>
 #include <string>
 
 #include "ctitan/models/common/model_args.h"
@@ -14,6 +16,18 @@ namespace ctitan::checkpoint::hf {
 std::string to_hf_name(const std::string& fqn);
 // The exact inverse of to_hf_name. Throws InputError naming `source` for an unknown name.
 std::string from_hf_name(const std::string& hf_name, const std::string& source);
+
+// HF stores each routed expert apart (`model.layers.3.mlp.experts.5.gate_proj.weight`), torchtitan
+// stacks them (`layers.3.moe.experts.w1`, expert 5 its row 5; up_proj is w3, down_proj w2).
+struct ExpertRow {
+  std::string fqn;     // the stacked parameter
+  int64_t expert = 0;  // its row
+};
+// The stacked row an HF expert weight is; nullopt for any other name.
+std::optional<ExpertRow> expert_row_from_hf(const std::string& hf_name);
+// Whether `fqn` is a stacked experts parameter, and the HF name of its row `expert`.
+bool is_stacked_experts(const std::string& fqn);
+std::string expert_hf_name(const std::string& fqn, int64_t expert);
 
 // Meta/torchtitan rotate adjacent pairs (2i, 2i+1) of each head; HF rotates (i, i + head_dim/2).
 // Reordering the output rows of wq/wk per head makes HF's rotation compute what ours does.

@@ -1,4 +1,4 @@
-// torchtitan's initialisation of its dense decoders (Llama 3, Qwen3) (see shared REFERENCE.md, "Model init").
+// torchtitan's initialisation of its decoders (Llama 3, Qwen3, Qwen3-MoE) (see shared REFERENCE.md, "Model init").
 #include <cmath>
 
 #include "ctitan/models/common/deferred_init.h"
@@ -30,14 +30,30 @@ std::vector<InitialDraw> initial_draws(const TransformerImpl& model) {
     const double depth_std = 0.02 / std::sqrt(2.0 * double(block->layer_id + 1));
     const auto trunc = [](double sd) { return [sd](const torch::Tensor& w) { trunc_normal_(w, sd); }; };
     auto& attention = *block->attention;
-    auto& ffn = *block->feed_forward;
     draws.push_back({prefix + "attention.wq.weight", shape(attention.wq->weight), trunc(0.02)});
     draws.push_back({prefix + "attention.wk.weight", shape(attention.wk->weight), trunc(0.02)});
     draws.push_back({prefix + "attention.wv.weight", shape(attention.wv->weight), trunc(0.02)});
     draws.push_back({prefix + "attention.wo.weight", shape(attention.wo->weight), trunc(depth_std)});
-    draws.push_back({prefix + "feed_forward.w1.weight", shape(ffn.w1->weight), trunc(0.02)});
-    draws.push_back({prefix + "feed_forward.w2.weight", shape(ffn.w2->weight), trunc(depth_std)});
-    draws.push_back({prefix + "feed_forward.w3.weight", shape(ffn.w3->weight), trunc(depth_std)});
+    // A SwiGLU's gate projection at 0.02, the other two depth-scaled: the dense feed_forward,
+    // each expert, the shared experts (torchtitan's FeedForward and GroupedExperts alike).
+    const auto swiglu = [&](const std::string& path, const torch::Tensor& w1, const torch::Tensor& w2,
+                            const torch::Tensor& w3) {
+      draws.push_back({prefix + path + "w1" + (w1.dim() == 2 ? ".weight" : ""), shape(w1), trunc(0.02)});
+      draws.push_back({prefix + path + "w2" + (w2.dim() == 2 ? ".weight" : ""), shape(w2), trunc(depth_std)});
+      draws.push_back({prefix + path + "w3" + (w3.dim() == 2 ? ".weight" : ""), shape(w3), trunc(depth_std)});
+    };
+    if (block->moe) {
+      auto& moe = *block->moe;
+      draws.push_back({prefix + "moe.router.gate.weight", shape(moe.router->gate->weight), trunc(depth_std)});
+      swiglu("moe.experts.", moe.experts->w1, moe.experts->w2, moe.experts->w3);
+      if (moe.shared_experts) {
+        auto& shared = *moe.shared_experts;
+        swiglu("moe.shared_experts.", shared.w1->weight, shared.w2->weight, shared.w3->weight);
+      }
+    } else {
+      auto& ffn = *block->feed_forward;
+      swiglu("feed_forward.", ffn.w1->weight, ffn.w2->weight, ffn.w3->weight);
+    }
     if (attention.q_norm) {
       draws.push_back({prefix + "attention.q_norm.weight", shape(attention.q_norm->weight), ones});
       draws.push_back({prefix + "attention.k_norm.weight", shape(attention.k_norm->weight), ones});

@@ -7,6 +7,27 @@
 
 namespace ctitan::models {
 
+// How a router turns its logits into expert scores.
+enum class RouterScore { kSoftmax, kSigmoid };
+
+// A mixture-of-experts feed-forward (models/common/moe.h), as torchtitan's MoEArgs; num_experts 0
+// means every layer is dense.
+struct MoeArgs {
+  int64_t num_experts = 0;
+  int64_t top_k = 1;                     // experts each token is routed to
+  int64_t hidden_dim = 0;                // each expert's SwiGLU hidden size (HF moe_intermediate_size)
+  int64_t num_shared_experts = 0;        // one SwiGLU of hidden_dim x this, seen by every token
+  RouterScore score_func = RouterScore::kSoftmax;
+  bool route_norm = false;               // renormalise the top-k scores to sum to 1 (HF norm_topk_prob)
+  double route_scale = 1.0;              // then scale them (HF routed_scaling_factor)
+  int64_t num_expert_groups = 0;         // group-limited routing: experts in this many groups ...
+  int64_t num_limited_groups = 0;        // ... of which each token may use the best this many; 0 = off
+  // Auxiliary-loss-free balancing (DeepSeek-V3): each step every expert's selection bias moves by
+  // this toward the mean load; 0 = no bias.
+  double load_balance_coeff = 1e-3;
+  int64_t n_dense_layers = 0;            // the first layers keep a dense feed_forward (HF first_k_dense_replace)
+};
+
 struct ModelArgs {
   std::string family;                           // model.name of the registry entry (model_spec.h); "" = the default
   int64_t dim = 4096;
@@ -25,6 +46,10 @@ struct ModelArgs {
   int64_t max_seq_len = 2048;                   // RoPE table length
   bool qk_norm = false;                         // RMSNorm over head_dim on each query and key head (Qwen3)
   bool tie_word_embeddings = false;             // the output layer reads tok_embeddings' weight
+  MoeArgs moe;                                  // experts in place of the dense feed_forward
+
+  // Whether layer `layer_id` holds a `moe` in place of `feed_forward`.
+  bool is_moe_layer(int64_t layer_id) const { return moe.num_experts > 0 && layer_id >= moe.n_dense_layers; }
 
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : dim / n_heads; }

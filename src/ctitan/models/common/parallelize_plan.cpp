@@ -9,11 +9,16 @@ std::vector<std::string> PipelineLayout::modules(int64_t n_layers) const {
   return out;
 }
 
-ParallelizePlan dense_decoder_plan(const ModelArgs& args) {
+ParallelizePlan decoder_plan(const ModelArgs& args) {
   ParallelizePlan plan;
   plan.tp.sublayers = {{"attention", {"wq", "wk", "wv"}, "wo"}, {"feed_forward", {"w1", "w3"}, "w2"}};
-  plan.tp.replicated = {"attention_norm", "ffn_norm"};
-  if (args.qk_norm) plan.tp.replicated.insert(plan.tp.replicated.end(), {"attention.q_norm", "attention.k_norm"});
+  plan.tp.replicated = {"attention_norm.weight", "ffn_norm.weight"};
+  if (args.qk_norm) plan.tp.replicated.insert(plan.tp.replicated.end(), {"attention.q_norm.weight", "attention.k_norm.weight"});
+  if (args.moe.num_experts > 0) {
+    plan.tp.replicated.insert(plan.tp.replicated.end(), {"moe.router.gate.weight", "moe.experts.w1", "moe.experts.w2",
+                                                         "moe.experts.w3", "moe.shared_experts.w1.weight",
+                                                         "moe.shared_experts.w2.weight", "moe.shared_experts.w3.weight"});
+  }
 
   // A pipeline split keeps the head's slot ("output") even when tied: the trainer refuses a tied
   // head under PP, since its weight would live on the first stage.

@@ -14,7 +14,8 @@ namespace ctitan::models {
 // A sub-module of a block whose input is gathered on the sequence and whose output is
 // reduce-scattered back onto it (sequence parallel), with its projections sliced in between.
 struct TpSublayer {
-  std::string module;                    // the block's child, e.g. "attention"
+  std::string module;                    // the block's child, e.g. "attention"; a block without it
+                                         // (a MoE layer's absent feed_forward) skips the entry
   std::vector<std::string> column_wise;  // its Linear children split by output rows, in call order ("wq", "wk", "wv")
   std::string row_wise;                  // the Linear child split by input columns ("wo")
 };
@@ -24,8 +25,10 @@ struct TpSublayer {
 // the same for every family and are not in the plan.
 struct TpPlan {
   std::vector<TpSublayer> sublayers;    // in the order the block calls them
-  // Weights (by path in the block, without ".weight") every tp rank holds whole and computes
-  // gradients for from its own share: the norms, and the QK-norms, which act on whole heads.
+  // Parameters (by path in the block, e.g. "ffn_norm.weight") every tp rank holds whole and
+  // computes gradients for from its own share of the sequence: the norms, the QK-norms (which act
+  // on whole heads), and a MoE layer's router and experts, which route each rank's own tokens. A
+  // block without one of them skips it.
   std::vector<std::string> replicated;
 };
 
@@ -65,11 +68,13 @@ struct ParallelizePlan {
   PipelineLayout pipeline;
 };
 
-// The plan of the shared dense decoder (models/common/transformer.h), Llama 3's and Qwen3's:
-// attention's wq, wk, wv column-wise and wo row-wise, feed_forward's w1, w3 and w2, the norms
-// whole; FSDP units tok_embeddings, each block, [norm, output], as torchtitan's apply_fsdp, a
-// tied embedding kept gathered for the head; every block checkpointable.
-ParallelizePlan dense_decoder_plan(const ModelArgs& args);
+// The plan of the shared decoder (models/common/transformer.h), Llama 3's, Qwen3's and
+// Qwen3-MoE's: attention's wq, wk, wv column-wise and wo row-wise, a dense feed_forward's w1, w3
+// and w2, the norms whole; a MoE layer whole on every tp rank (each routes its share of the
+// sequence: expert parallelism is not built); FSDP units tok_embeddings, each block,
+// [norm, output], as torchtitan's apply_fsdp, a tied embedding kept gathered for the head; every
+// block checkpointable.
+ParallelizePlan decoder_plan(const ModelArgs& args);
 
 // One line for the log: "column-wise attention.wq/wk/wv, feed_forward.w1/w3; row-wise ...".
 std::string describe(const TpPlan& plan);

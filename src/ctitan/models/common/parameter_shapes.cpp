@@ -21,11 +21,34 @@ std::map<std::string, std::vector<int64_t>> parameter_shapes(const ModelArgs& ar
       shapes[p + "attention.q_norm.weight"] = {hd};
       shapes[p + "attention.k_norm.weight"] = {hd};
     }
-    shapes[p + "feed_forward.w1.weight"] = {ffn, d};
-    shapes[p + "feed_forward.w2.weight"] = {d, ffn};
-    shapes[p + "feed_forward.w3.weight"] = {ffn, d};
+    if (args.is_moe_layer(i)) {
+      const auto& moe = args.moe;
+      const int64_t e = moe.num_experts, h = moe.hidden_dim, shared = moe.hidden_dim * moe.num_shared_experts;
+      shapes[p + "moe.router.gate.weight"] = {e, d};
+      shapes[p + "moe.experts.w1"] = {e, h, d};
+      shapes[p + "moe.experts.w2"] = {e, d, h};
+      shapes[p + "moe.experts.w3"] = {e, h, d};
+      if (shared > 0) {
+        shapes[p + "moe.shared_experts.w1.weight"] = {shared, d};
+        shapes[p + "moe.shared_experts.w2.weight"] = {d, shared};
+        shapes[p + "moe.shared_experts.w3.weight"] = {shared, d};
+      }
+    } else {
+      shapes[p + "feed_forward.w1.weight"] = {ffn, d};
+      shapes[p + "feed_forward.w2.weight"] = {d, ffn};
+      shapes[p + "feed_forward.w3.weight"] = {ffn, d};
+    }
     shapes[p + "attention_norm.weight"] = {d};
     shapes[p + "ffn_norm.weight"] = {d};
+  }
+  return shapes;
+}
+
+std::map<std::string, std::vector<int64_t>> buffer_shapes(const ModelArgs& args) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  if (args.moe.load_balance_coeff <= 0) return shapes;
+  for (int64_t i = 0; i < args.n_layers; ++i) {
+    if (args.is_moe_layer(i)) shapes[fmt::format("layers.{}.moe.expert_bias", i)] = {args.moe.num_experts};
   }
   return shapes;
 }

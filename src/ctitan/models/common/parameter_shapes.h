@@ -12,4 +12,8 @@ namespace ctitan::models {
 
 std::map<std::string, std::vector<int64_t>> parameter_shapes(const ModelArgs& args);
 
+// The model's saved state that is not trained: each MoE layer's expert_bias (fp32), moved by
+// load balancing (parallel/moe_balance.h). Empty for a dense model.
+std::map<std::string, std::vector<int64_t>> buffer_shapes(const ModelArgs& args);
+
 }  // namespace ctitan::models

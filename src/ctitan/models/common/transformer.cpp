@@ -97,11 +97,12 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
   return project(hooks, wo, ops::causal_attention(q, k, v, q_start));
 }
 
-FeedForwardImpl::FeedForwardImpl(const ModelArgs& args) {
-  auto hidden = args.ffn_hidden_dim();
-  w1 = register_module("w1", linear(args.dim, hidden));
-  w2 = register_module("w2", linear(hidden, args.dim));
-  w3 = register_module("w3", linear(args.dim, hidden));
+FeedForwardImpl::FeedForwardImpl(const ModelArgs& args) : FeedForwardImpl(args.dim, args.ffn_hidden_dim()) {}
+
+FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
+  w1 = register_module("w1", linear(dim, hidden));
+  w2 = register_module("w2", linear(hidden, dim));
+  w3 = register_module("w3", linear(dim, hidden));
 }
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
@@ -114,7 +115,11 @@ torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
 
 TransformerBlockImpl::TransformerBlockImpl(int64_t id, const ModelArgs& args) : layer_id(id) {
   attention = register_module("attention", Attention(args));
-  feed_forward = register_module("feed_forward", FeedForward(args));
+  if (args.is_moe_layer(id)) {
+    moe = register_module("moe", MoE(args));
+  } else {
+    feed_forward = register_module("feed_forward", FeedForward(args));
+  }
   attention_norm = register_module("attention_norm", RMSNorm(args.dim, args.norm_eps));
   ffn_norm = register_module("ffn_norm", RMSNorm(args.dim, args.norm_eps));
 }
@@ -122,8 +127,9 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t id, const ModelArgs& args) : 
 torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope, KVCacheSlot* cache) {
   auto attend = [&](const torch::Tensor& in) { return attention(in, rope, cache); };
   auto h = x + (hooks ? hooks->call(*attention, attention_norm(x), attend) : attend(attention_norm(x)));
-  auto ffn = [&](const torch::Tensor& in) { return feed_forward(in); };
-  return h + (hooks ? hooks->call(*feed_forward, ffn_norm(h), ffn) : ffn(ffn_norm(h)));
+  auto ffn = [&](const torch::Tensor& in) { return moe ? moe(in) : feed_forward(in); };
+  const torch::nn::Module& ffn_module = moe ? static_cast<torch::nn::Module&>(*moe) : *feed_forward;
+  return h + (hooks ? hooks->call(ffn_module, ffn_norm(h), ffn) : ffn(ffn_norm(h)));
 }
 
 TransformerImpl::TransformerImpl(const ModelArgs& args) : args_(args) {
@@ -135,7 +141,7 @@ TransformerImpl::TransformerImpl(const ModelArgs& args) : args_(args) {
     layers->update({{std::to_string(i), block.ptr()}});
     block->hooks = &hooks;
     block->attention->hooks = &hooks;
-    block->feed_forward->hooks = &hooks;
+    if (block->feed_forward) block->feed_forward->hooks = &hooks;
   }
   norm = register_module("norm", RMSNorm(args.dim, args.norm_eps));
   if (args.tie_word_embeddings) {

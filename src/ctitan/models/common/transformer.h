@@ -1,13 +1,14 @@
 #pragma once
-// The decoder-only transformer every dense family builds (Llama 3, Qwen3), as plain libtorch
+// The decoder-only transformer every family builds (Llama 3, Qwen3, Qwen3-MoE), as plain libtorch
 // modules; ModelArgs switches the features a family adds (QK-norm, a head_dim apart from
-// dim / n_heads, tied embeddings). Parameter names match torchtitan's, e.g.
+// dim / n_heads, tied embeddings, mixture-of-experts layers). Parameter names match torchtitan's, e.g.
 // `layers.3.attention.wq.weight`, because checkpoints and sharding address parameters by name.
 // Nothing here knows about parallelism: parallel/ wraps these modules from outside.
 #include <torch/torch.h>
 
 #include "ctitan/models/common/model_args.h"
 #include "ctitan/models/common/module_hooks.h"
+#include "ctitan/models/common/moe.h"
 
 namespace ctitan::models {
 
@@ -62,6 +63,7 @@ TORCH_MODULE(Attention);
 class FeedForwardImpl : public torch::nn::Module {
  public:
   explicit FeedForwardImpl(const ModelArgs& args);
+  FeedForwardImpl(int64_t dim, int64_t hidden);  // a SwiGLU of its own width (MoE's shared experts)
   torch::Tensor forward(const torch::Tensor& x);
   torch::nn::Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
   const ModuleHooks* hooks = nullptr;  // as AttentionImpl's
@@ -77,7 +79,8 @@ class TransformerBlockImpl : public torch::nn::Module {
   // parallelism gathers and scatters their inputs and outputs there); null: plain calls.
   const ModuleHooks* hooks = nullptr;
   Attention attention{nullptr};
-  FeedForward feed_forward{nullptr};
+  FeedForward feed_forward{nullptr};  // a dense layer's; null in a MoE layer
+  MoE moe{nullptr};                   // a MoE layer's (args.is_moe_layer); null in a dense one
   RMSNorm attention_norm{nullptr}, ffn_norm{nullptr};
 };
 TORCH_MODULE(TransformerBlock);

@@ -31,7 +31,7 @@ ModelSpec spec() {
   // Listed as before the registry (alphabetically), so `model.flavor` errors read the same.
   s.flavors = {{"134M", m134}, {"405B", m405b}, {"70B", m70b}, {"8B", m8b}, {"debugmodel", debug}};
   s.hf_base = base;
-  s.parallelize_plan = dense_decoder_plan;  // the shared decoder's modules
+  s.parallelize_plan = decoder_plan;  // the shared decoder's modules
   s.hf = {"LlamaForCausalLM", "llama", {{"mlp_bias", false}, {"pretraining_tp", 1}}};
   return s;
 }

@@ -47,7 +47,7 @@ ModelSpec spec() {
       {"32B", qwen3(base, 5120, 64, 64, 25600, false)},
   };
   s.hf_base = base;
-  s.parallelize_plan = dense_decoder_plan;  // the shared decoder's modules
+  s.parallelize_plan = decoder_plan;  // the shared decoder's modules
   s.hf = {"Qwen3ForCausalLM", "qwen3", {{"use_sliding_window", false}, {"sliding_window", nullptr}, {"max_window_layers", 28}}};
   return s;
 }

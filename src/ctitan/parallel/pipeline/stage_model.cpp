@@ -69,6 +69,8 @@ models::Transformer copy_model(const models::TransformerImpl& model) {
   }
   torch::NoGradGuard no_grad;
   for (auto& item : copy->named_parameters()) item.value().copy_(source[item.key()]);
+  auto source_buffers = model.named_buffers();
+  for (auto& item : copy->named_buffers()) item.value().copy_(source_buffers[item.key()]);
   copy->to(source.begin()->value().device());
   return copy;
 }

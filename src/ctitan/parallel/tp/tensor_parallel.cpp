@@ -102,7 +102,9 @@ void TensorParallel::apply_plan(models::TransformerImpl& model) {
   const auto plan = models::model_spec(args.family).parallelize_plan(args).tp;
   for (auto* block : model.blocks()) {
     const std::string prefix = fmt::format("layers.{}.", block->layer_id);
+    const auto children = block->named_children();
     for (const auto& sub : plan.sublayers) {
+      if (!children.contains(sub.module)) continue;  // a MoE layer has no feed_forward
       auto& module = child_of(*block, sub.module, prefix);
       std::vector<torch::nn::Linear> columns;
       for (const auto& name : sub.column_wise) {
@@ -113,10 +115,13 @@ void TensorParallel::apply_plan(models::TransformerImpl& model) {
       row_wise(prefix + sub.module + "." + sub.row_wise + ".weight", row);
       hook_sublayer(hooks, module, columns, row);
     }
-    // Norms act per token (QK-norms on whole heads, and each rank holds whole heads): their
-    // weights stay whole, and each rank's gradient covers its own share, so the sum over the
-    // group is the full one.
-    for (const auto& name : plan.replicated) replicated_.insert(prefix + name + ".weight");
+    // Norms act per token (QK-norms on whole heads, and each rank holds whole heads), and a MoE
+    // layer routes each rank's own tokens through whole experts: their weights stay whole, and
+    // each rank's gradient covers its own share, so the sum over the group is the full one.
+    const auto params = block->named_parameters();
+    for (const auto& name : plan.replicated) {
+      if (params.contains(name)) replicated_.insert(prefix + name);
+    }
   }
   if (model.norm) replicated_.insert("norm.weight");
   auto* head = model.head();

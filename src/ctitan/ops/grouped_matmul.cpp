@@ -1,0 +1,37 @@
+#include "ctitan/ops/grouped_matmul.h"
+
+#include "ctitan/ops/fusion_switch.h"
+
+namespace ctitan::ops {
+namespace {
+
+torch::Tensor per_group(const torch::Tensor& x, const torch::Tensor& w, const std::vector<int64_t>& counts) {
+  std::vector<torch::Tensor> outs;
+  int64_t start = 0;
+  for (size_t e = 0; e < counts.size(); ++e) {
+    if (counts[e] == 0) continue;  // an expert without tokens: no matmul, a zero gradient slice
+    outs.push_back(torch::matmul(x.narrow(0, start, counts[e]), w[int64_t(e)].t()));  // (n_e, out)
+    start += counts[e];
+  }
+  if (outs.empty()) return x.new_zeros({0, w.size(1)});
+  return outs.size() == 1 ? outs.front() : torch::cat(outs);
+}
+
+}  // namespace
+
+torch::Tensor grouped_matmul_fused(const torch::Tensor& x, const torch::Tensor& w, const std::vector<int64_t>& counts) {
+  std::vector<int32_t> ends(counts.size());
+  int64_t end = 0;
+  for (size_t e = 0; e < counts.size(); ++e) ends[e] = int32_t(end += counts[e]);
+  auto offsets = torch::tensor(ends, torch::kInt).to(x.device(), /*non_blocking=*/true);  // (E,) cumulative ends
+  return at::_grouped_mm(x, w.transpose(-2, -1), offsets);
+}
+
+torch::Tensor grouped_matmul(const torch::Tensor& x, const torch::Tensor& w, const std::vector<int64_t>& counts) {
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 3 && w.size(0) == int64_t(counts.size()) && w.size(2) == x.size(1),
+              "grouped_matmul: x (N, in) and w (E, out, in) with E counts");
+  if (x.is_cuda() && fused_enabled("grouped_mm")) return grouped_matmul_fused(x, w, counts);
+  return per_group(x, w, counts);
+}
+
+}  // namespace ctitan::ops
