@@ -17,11 +17,12 @@ Run by tests/cli/hf_transformers_test.cpp with the venv's Python (CTITAN_PYTHON)
       "tensors": {name: {"dtype": "F32", "shape": [...], "tensor_shape": [...] as loaded, "sum":
       float64 sum of the values, "wsum": the same with element i weighted by (i mod 7) + 1}}},
       ...]}.
-  save-random      --dir DIR [--family llama|qwen3 --dim 64 --layers 2 --heads 4 --kv-heads 2
+  save-random      --dir DIR [--family llama|qwen3|qwen3_moe --dim 64 --layers 2 --heads 4 --kv-heads 2
                     --head-dim 0 --vocab 256 --ffn 256 --max-pos 64 --rope-theta 10000 --eps 1e-6
-                    --seed 0] [--tie] [--legacy-config]
-      A random LlamaForCausalLM (or Qwen3ForCausalLM; --head-dim 0: dim / heads) saved with
-      save_pretrained(DIR, safe_serialization=True).
+                    --experts 8 --top-k 2 --moe-ffn 32 --seed 0] [--tie] [--legacy-config]
+      A random LlamaForCausalLM (or Qwen3ForCausalLM, or Qwen3MoeForCausalLM with --experts
+      experts of --moe-ffn, top --top-k renormalised; --head-dim 0: dim / heads) saved with
+      save_pretrained(DIR, safe_serialization=True), which writes each expert apart.
       JSON: {"dir": DIR, "saved_tensors": [names in DIR's safetensors files, read back]}.
       --legacy-config rewrites config.json with the keys transformers 4.x wrote (top-level
       rope_theta, rope_scaling null, torch_dtype) instead of 5.x's rope_parameters / dtype.
@@ -159,13 +160,25 @@ def cmd_read_safetensors(args):
 
 
 def cmd_save_random(args):
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+        Qwen3MoeConfig,
+        Qwen3MoeForCausalLM,
+    )
 
     seed_everything(args.seed)
-    config_class, model_class = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[
-        args.family
-    ]
+    config_class, model_class = {
+        "llama": (LlamaConfig, LlamaForCausalLM),
+        "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+        "qwen3_moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM),
+    }[args.family]
     extra = {"head_dim": args.head_dim} if args.head_dim else {}
+    if args.family == "qwen3_moe":
+        extra.update(num_experts=args.experts, num_experts_per_tok=args.top_k, moe_intermediate_size=args.moe_ffn,
+                     norm_topk_prob=True)
     config = config_class(
         **extra,
         hidden_size=args.dim,
@@ -264,7 +277,10 @@ def main():
     p = sub.add_parser("save-random")
     p.add_argument("--dir", required=True)
     p.add_argument("--out")
-    p.add_argument("--family", choices=["llama", "qwen3"], default="llama")
+    p.add_argument("--family", choices=["llama", "qwen3", "qwen3_moe"], default="llama")
+    p.add_argument("--experts", type=int, default=8)
+    p.add_argument("--top-k", type=int, default=2)
+    p.add_argument("--moe-ffn", type=int, default=32)
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--head-dim", type=int, default=0)
     p.add_argument("--layers", type=int, default=2)

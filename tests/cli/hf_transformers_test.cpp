@@ -510,5 +510,85 @@ TEST(CliHfTransformers, Qwen3CheckpointImportThenGenerateMatchesTransformers) {
   EXPECT_EQ(job.model.head_dim, 32);
 }
 
+// ---- Qwen3-MoE (Qwen3MoeForCausalLM): router, 8 experts stored one per tensor in HF ----
+
+// The tiny job as a Qwen3-MoE: 8 experts of 32, top 2 renormalised, Qwen3's attention. Without
+// the selection bias, which HF's model lacks: the export is then exactly the trained model.
+config::JobConfig tiny_qwen3_moe_job(const std::string& dir) {
+  auto c = testing::tiny_job_config(dir);
+  c.model.name = "qwen3_moe";
+  c.model.flavor = "debugmodel";
+  c.model.head_dim = 16;
+  c.model.moe_hidden_dim = 32;
+  c.model.load_balance_coeff = 0;
+  return c;
+}
+
+const TrainedExport& trained_qwen3_moe() {
+  static const auto t = train_and_export(tiny_qwen3_moe_job);
+  return *t;
+}
+
+// (a, b for Qwen3-MoE) transformers' Qwen3MoeForCausalLM loads our export (experts split one per
+// tensor, in id order) and computes our logits, and `ctitan generate` picks its greedy ids. The
+// routing is discrete, so equal logits also say both chose the same experts for every token.
+TEST(CliHfTransformers, ExportedQwen3MoeLogitsAndGreedyIdsMatchTransformers) {
+  if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
+  const auto& t = trained_qwen3_moe();
+  ASSERT_EQ(t.args.moe.num_experts, 8);
+  TempDir work;
+  auto ref = reference(work, "logits", {"logits", "--model", t.hf.string(), "--ids", ids_arg(kTinyIds)});
+  ASSERT_FALSE(ref.is_null());
+  EXPECT_EQ(ref["config"]["architecture"], "Qwen3MoeForCausalLM") << ref["config"].dump();
+  auto c = compare(ctitan_logits(t.state, t.args, kTinyIds), ref);
+  EXPECT_TRUE(c.ok()) << c.str();
+  std::cout << "[ tiny Qwen3-MoE export ] " << c.str() << "\n";
+
+  const std::string prompt = "3,4,5,6";
+  auto greedy = reference(work, "greedy", {"greedy", "--model", t.hf.string(), "--ids", prompt, "--n", "20"});
+  ASSERT_FALSE(greedy.is_null());
+  auto ours = transformers_json_result(run_ctitan({"generate", "--checkpoint", t.hf.string(), "--prompt-ids", prompt,
+                                      "--max-new-tokens", "20", "--temperature", "0", "--json"}));
+  expect_same_greedy_ids(ours, greedy["runs"][0], "tiny Qwen3-MoE, prompt " + prompt);
+}
+
+// (c for Qwen3-MoE) A Qwen3MoeForCausalLM saved by transformers, with 12 experts so that ids 10
+// and 11 sort before 2 as strings, imports with its logits. Negative control: the experts
+// stacked in string order move the logits by far.
+TEST(CliHfTransformers, TransformersSavedQwen3MoeImportsWithSameLogitsAndExpertOrder) {
+  if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
+  TempDir work;
+  auto saved = work.path() / "saved";
+  ASSERT_FALSE(reference(work, "save", {"save-random", "--family", "qwen3_moe", "--dir", saved.string(), "--head-dim",
+                                        "16", "--experts", "12", "--top-k", "3", "--moe-ffn", "24", "--rope-theta",
+                                        "1000000", "--seed", "6"})
+                   .is_null());
+  checkpoint::hf::HfModel hf;
+  ASSERT_NO_THROW(hf = checkpoint::hf::import_hf(saved));
+  EXPECT_EQ(hf.args.family, "qwen3_moe");
+  EXPECT_EQ(hf.args.moe.num_experts, 12);
+  EXPECT_EQ(hf.args.moe.top_k, 3);
+  EXPECT_EQ(hf.args.moe.hidden_dim, 24);
+  EXPECT_TRUE(hf.args.moe.route_norm);
+  expect_imported_logits_match(work, saved, "transformers-saved Qwen3-MoE");
+
+  const std::vector<int64_t> ids{1, 2, 3, 200, 17, 255, 0, 64};
+  auto ref = reference(work, "logits2", {"logits", "--model", saved.string(), "--ids", ids_arg(ids)});
+  ASSERT_FALSE(ref.is_null());
+  auto wrong = hf.model;
+  // String order of 0..11: 0, 1, 10, 11, 2, ..., 9.
+  std::vector<int64_t> string_order{0, 1, 10, 11, 2, 3, 4, 5, 6, 7, 8, 9};
+  auto index = torch::tensor(string_order, torch::kLong);
+  for (int64_t i = 0; i < hf.args.n_layers; ++i) {
+    for (const char* w : {"w1", "w2", "w3"}) {
+      auto name = fmt::format("layers.{}.moe.experts.{}", i, w);
+      wrong[name] = wrong[name].index_select(0, index);
+    }
+  }
+  auto w = compare(ctitan_logits(wrong, hf.args, ids), ref);
+  EXPECT_GT(w.max_abs_diff, 100 * kLogitTol * w.scale) << "experts in string order went unnoticed: " << w.str();
+  std::cout << "[ transformers-saved Qwen3-MoE, experts in string order ] " << w.str() << "\n";
+}
+
 }  // namespace
 }  // namespace ctitan

@@ -129,7 +129,7 @@ int64_t bytes_kept_by_blocks(config::ActivationCheckpointMode mode, const std::s
   torch::manual_seed(0);
   models::Transformer model(args);
   models::init_weights(*model);
-  parallel::apply_activation_checkpointing(*model, models::dense_decoder_plan(args).checkpoint_units, {mode, option});
+  parallel::apply_activation_checkpointing(*model, models::decoder_plan(args).checkpoint_units, {mode, option});
   auto tokens = torch::randint(args.vocab_size, {4, 128}, torch::kLong);  // (B, T)
   int64_t after_blocks = 0;
   model->hooks.add_pre_forward(*model->norm, [&](const torch::Tensor& h) {
@@ -232,7 +232,7 @@ TEST(ActivationCheckpoint, OpSelectiveUnderTensorParallelKeepsTheReduceScatters)
       }
       parallel::tp::TensorParallel tp(*model, group, /*loss_parallel=*/true);
       if (op)
-        parallel::apply_activation_checkpointing(*model, models::dense_decoder_plan(args).checkpoint_units,
+        parallel::apply_activation_checkpointing(*model, models::decoder_plan(args).checkpoint_units,
                                                  {config::ActivationCheckpointMode::kSelective, "op"});
       auto tokens = torch::arange(32, torch::kLong).remainder(16).view({2, 16});  // (B, T), the same on both ranks
       const auto before = parallel::op_sac_counts();
@@ -322,7 +322,7 @@ TEST(ActivationCheckpoint, SelectiveWrapsEveryKthBlockAsTorchtitanCounts) {
   args.max_seq_len = 8;
   auto wrapped = [&](config::ActivationCheckpointMode mode, const std::string& option) {
     models::Transformer model(args);
-    return parallel::apply_activation_checkpointing(*model, models::dense_decoder_plan(args).checkpoint_units, {mode, option});
+    return parallel::apply_activation_checkpointing(*model, models::decoder_plan(args).checkpoint_units, {mode, option});
   };
   EXPECT_EQ(wrapped(config::ActivationCheckpointMode::kNone, "2"), 0);
   EXPECT_EQ(wrapped(config::ActivationCheckpointMode::kFull, "2"), 6);

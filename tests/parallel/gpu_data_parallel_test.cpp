@@ -72,7 +72,7 @@ TEST(GpuDataParallel, FsdpOverOneNcclRankEqualsThePlainModel) {
   const auto expected = plain_grads(gpu, &expected_loss);
   auto group = one_rank_nccl_group("fsdp");
   auto model = seeded_model_on(gpu);
-  auto fsdp = apply_fsdp(*model, models::dense_decoder_plan(model->args()).fsdp_units, {group, nullptr}, {},
+  auto fsdp = apply_fsdp(*model, models::decoder_plan(model->args()).fsdp_units, {group, nullptr}, {},
                          config::ReshardAfterForward::kDefault);
   auto loss = tiny_loss(*model, gpu);
   loss.backward();

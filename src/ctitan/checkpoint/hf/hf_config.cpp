@@ -99,7 +99,9 @@ double rope_theta_of(const nlohmann::json& config, const std::string& source) {
 void read_moe_config(const nlohmann::json& config, const std::string& source, models::MoeArgs& moe) {
   require_absent_or(config, "decoder_sparse_step", 1, source);
   require_absent_or(config, "mlp_only_layers", nlohmann::json::array(), source);
-  moe.num_experts = require_size(config, "num_experts", source);
+  // Qwen's published configs say num_experts; transformers 5 saves num_local_experts.
+  moe.num_experts = require_size(config, config.contains("num_local_experts") && !config.contains("num_experts")
+                                             ? "num_local_experts" : "num_experts", source);
   moe.top_k = require_size(config, "num_experts_per_tok", source);
   moe.hidden_dim = require_size(config, "moe_intermediate_size", source);
   if (moe.top_k > moe.num_experts) {

@@ -87,7 +87,7 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& x) {
     tokens_per_expert.add_(counts);
   }
   // A stable sort keeps each expert's tokens in token order, so results do not depend on the sort.
-  auto order = std::get<1>(chosen.sort(/*stable=*/true, 0));  // (N k): sorted slot -> routed slot
+  auto order = std::get<1>(chosen.sort(std::optional<bool>(true), /*dim=*/0, /*descending=*/false));  // (N k): sorted slot -> routed slot
   auto routed = flat.index_select(0, order.div(k, "floor"));  // (N k, dim), grouped by expert
   // The group sizes on the host: the per-expert matmuls need them (on CUDA a copy that waits for
   // the router; torchtitan's grouped_mm path waits likewise under expert parallelism).
