@@ -154,6 +154,37 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, CollectivesByDtype,
 
 // FSDP's use: a flat buffer of m elements (not a multiple of N) padded, reduce-scattered, then
 // all-gathered back: the first m elements must equal the all_reduce and the padding stays zero.
+// Uneven all-to-all over rows (expert parallelism's dispatch): rank r sends splits[r][j] rows to
+// rank j, each row filled with 1000 r + 10 j + its index in the block (rounded to bf16 where it is
+// bf16: the move is bit for bit), sync and async; one case where rank 2 receives no row and one where rank 0
+// sends none.
+TEST(Collectives, AllToAllSingleMovesUnevenRowBlocks) {
+  for (const auto& splits : std::vector<std::vector<std::vector<int64_t>>>{
+           {{0, 2, 1}, {1, 0, 2}, {2, 1, 3}}, {{1, 3, 0}, {2, 1, 0}, {1, 1, 0}}, {{0, 0, 0}, {2, 1, 1}, {1, 0, 2}}}) {
+    for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+      for (bool async_op : {false, true}) {
+        EXPECT_EQ(on_world(3, [&](Communicator& comm, Failures& f) {
+          const int r = comm.rank();
+          std::vector<int64_t> in_splits = splits[size_t(r)], out_splits;
+          for (int j = 0; j < 3; ++j) out_splits.push_back(splits[size_t(j)][size_t(r)]);
+          const auto block = [&](int from, int to, int64_t rows) {  // (rows, 4)
+            return (1000.0 * from + 10.0 * to + torch::arange(rows, torch::kFloat)).unsqueeze(1).expand({rows, 4});
+          };
+          std::vector<torch::Tensor> sent, expected;
+          for (int j = 0; j < 3; ++j) sent.push_back(block(r, j, in_splits[size_t(j)]));
+          for (int j = 0; j < 3; ++j) expected.push_back(block(j, r, out_splits[size_t(j)]));
+          auto input = torch::cat(sent).to(dtype).contiguous();
+          auto output = torch::full({torch::cat(expected).size(0), 4}, -1.0, torch::TensorOptions(dtype));
+          comm.all_to_all_single(output, input, out_splits, in_splits, async_op)->wait();
+          const bool equal = torch::equal(output, torch::cat(expected).to(dtype));  // the values as the dtype holds them
+          f.expect(label(dtype, "all_to_all", input.size(0), async_op),
+                   equal ? std::nullopt : std::optional<std::string>("rows differ from the senders' blocks"));
+        }), "");
+      }
+    }
+  }
+}
+
 TEST(Collectives, PaddedReduceScatterThenAllGatherRoundTrips) {
   for (int N : {2, 3, 4}) {
     auto failures = on_world(N, [&](Communicator& comm, Failures& f) {

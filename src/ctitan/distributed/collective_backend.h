@@ -52,6 +52,11 @@ class CollectiveBackend {
   virtual BackendLaunch all_gather_into_tensor(const at::Tensor& output, const at::Tensor& input) = 0;
   // input: size * output.numel() elements; output = reduction of input[rank*n, (rank+1)*n).
   virtual BackendLaunch reduce_scatter_tensor(const at::Tensor& output, const at::Tensor& input, ReduceOp op) = 0;
+  // Rows (dim 0) of `input` in blocks of input_splits[j] rows go to rank j; rank j's block for
+  // this rank lands in `output` at the offset of output_splits[0..j). Both contiguous, same row shape.
+  virtual BackendLaunch all_to_all_single(const at::Tensor& output, const at::Tensor& input,
+                                          const std::vector<int64_t>& output_splits,
+                                          const std::vector<int64_t>& input_splits) = 0;
   virtual BackendLaunch barrier() = 0;
   // Point-to-point: `t` (contiguous) goes to, or is filled from, the same-tag call of `peer`.
   virtual BackendLaunch send(const at::Tensor& t, int peer, int tag) = 0;

@@ -318,6 +318,35 @@ std::shared_ptr<Work> Communicator::reduce_scatter_tensor(torch::Tensor output, 
                async_op, started);
 }
 
+std::shared_ptr<Work> Communicator::all_to_all_single(torch::Tensor output, torch::Tensor input,
+                                                      const std::vector<int64_t>& output_splits,
+                                                      const std::vector<int64_t>& input_splits, bool async_op) {
+  auto started = Clock::now();
+  check_dtype("all_to_all_single", input);
+  const auto rows = [](const std::vector<int64_t>& splits) {
+    int64_t sum = 0;
+    for (auto s : splits) sum += s;
+    return sum;
+  };
+  const auto row_shape = [](const torch::Tensor& t) { return t.sizes().slice(std::min<size_t>(1, t.sizes().size())).vec(); };
+  if (int64_t(output_splits.size()) != size_ || int64_t(input_splits.size()) != size_ || input.dim() == 0 ||
+      output.dim() == 0 || rows(input_splits) != input.size(0) || rows(output_splits) != output.size(0) ||
+      row_shape(input) != row_shape(output) || input.scalar_type() != output.scalar_type() ||
+      input.device() != output.device() || !input.is_contiguous() || !output.is_contiguous()) {
+    throw CommError(fmt::format("invalid collective: all_to_all_single needs {} splits each side summing to the rows "
+                                "of contiguous output ({}) and input ({}) of one row shape, dtype and device",
+                                size_, fmt::join(output.sizes(), "x"), fmt::join(input.sizes(), "x")));
+  }
+  auto state = begin("all_to_all", input);
+  if (!gloo_) {
+    output.copy_(input);  // a group of one sends everything to itself
+    return issue(state, {}, async_op, started);
+  }
+  return issue(state, start(*state, [&] { return backend_for(input).all_to_all_single(output, input, output_splits,
+                                                                                       input_splits); }),
+               async_op, started);
+}
+
 std::shared_ptr<Work> Communicator::isend(torch::Tensor t, int peer, int tag) {
   return point_to_point(/*send=*/true, std::move(t), peer, tag);
 }

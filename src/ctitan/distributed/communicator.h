@@ -96,6 +96,14 @@ class Communicator {
   std::shared_ptr<Work> reduce_scatter_tensor(torch::Tensor output, torch::Tensor input, ReduceOp op,
                                               bool async_op = false);
 
+  // Uneven all-to-all over rows (dim 0), as c10d's all_to_all_single with split sizes: input's
+  // rows [sum(input_splits[0..j)), + input_splits[j]) go to rank j, and rank j's rows for this
+  // rank land in output at sum(output_splits[0..j)). Each split list has size() entries; output
+  // and input hold their splits' sums of rows (zero allowed), of one row shape, dtype, device.
+  std::shared_ptr<Work> all_to_all_single(torch::Tensor output, torch::Tensor input,
+                                          const std::vector<int64_t>& output_splits,
+                                          const std::vector<int64_t>& input_splits, bool async_op = false);
+
   // Point-to-point (pipeline parallelism), always asynchronous: `t` goes to, or is filled from,
   // the call with the same `tag` on `peer`. `t` must be contiguous and non-empty, `peer` another
   // rank of this group, `tag` >= 0. They take no collective sequence number (peers issue
@@ -105,7 +113,7 @@ class Communicator {
   std::shared_ptr<Work> isend(torch::Tensor t, int peer, int tag);
   std::shared_ptr<Work> irecv(torch::Tensor t, int peer, int tag);
 
-  // Keyed "all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier", "send", "recv".
+  // Keyed "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier", "send", "recv".
   std::map<std::string, CollectiveStats> stats() const { return stats_->snapshot(); }
   // Collectives issued so far on this group by this rank (the "#17" of error messages).
   int64_t sequence_number() const { return sequence_.load(); }

@@ -119,6 +119,18 @@ BackendLaunch GlooBackend::reduce_scatter_tensor(const at::Tensor& output, const
   return launch;
 }
 
+// Uneven splits, rows as c10d counts them (dim 0); 16-bit floats as raw bits, exact.
+BackendLaunch GlooBackend::all_to_all_single(const at::Tensor& output, const at::Tensor& input,
+                                             const std::vector<int64_t>& output_splits,
+                                             const std::vector<int64_t>& input_splits) {
+  BackendLaunch launch;
+  launch.held = {output, input};
+  auto out_splits = output_splits, in_splits = input_splits;  // c10d takes them by non-const reference
+  auto out_bits = bits_view(output), in_bits = bits_view(input);
+  launch.works = just(group_->alltoall_base(out_bits, in_bits, out_splits, in_splits));
+  return launch;
+}
+
 // Raw bits both ways, so bf16 crosses exactly. Gloo's send/recv works have no future: they
 // complete in Work::wait() (Completion::kOnWait).
 template <typename Start>

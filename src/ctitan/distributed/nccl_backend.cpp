@@ -79,6 +79,18 @@ BackendLaunch NcclBackend::reduce_scatter_tensor(const at::Tensor& output, const
   return launch;
 }
 
+BackendLaunch NcclBackend::all_to_all_single(const at::Tensor& output, const at::Tensor& input,
+                                             const std::vector<int64_t>& output_splits,
+                                             const std::vector<int64_t>& input_splits) {
+  BackendLaunch launch;
+  launch.completion = Completion::kStream;
+  launch.held = {output, input};
+  auto out_splits = output_splits, in_splits = input_splits;
+  auto out = output, in = input;  // handles: c10d takes non-const references
+  launch.works = just(group_->alltoall_base(out, in, out_splits, in_splits));
+  return launch;
+}
+
 BackendLaunch NcclBackend::barrier() {
   BackendLaunch launch;
   launch.completion = Completion::kStream;

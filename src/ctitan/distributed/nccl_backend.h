@@ -38,6 +38,9 @@ class NcclBackend final : public CollectiveBackend {
   BackendLaunch broadcast(const at::Tensor& t, int root) override;
   BackendLaunch all_gather_into_tensor(const at::Tensor& output, const at::Tensor& input) override;
   BackendLaunch reduce_scatter_tensor(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override;
+  BackendLaunch all_to_all_single(const at::Tensor& output, const at::Tensor& input,
+                                  const std::vector<int64_t>& output_splits,
+                                  const std::vector<int64_t>& input_splits) override;
   BackendLaunch barrier() override;
   BackendLaunch send(const at::Tensor& t, int peer, int tag) override;
   BackendLaunch recv(const at::Tensor& t, int peer, int tag) override;
