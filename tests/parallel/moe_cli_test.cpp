@@ -1,7 +1,8 @@
 // Qwen3-MoE through the launcher on loopback, against one process with the same global batch
 // (tests/support/parity.h argues the fp32 bounds): DDP(2), FSDP(2), FSDP(2) x TP(2), PP(2), CP(2),
-// and FSDP(2) with gradient accumulation and full activation checkpointing; the selection bias
-// moving and logged; a FSDP(2) checkpoint resumed by one process. Load balancing is on in all of
+// FSDP(2) with gradient accumulation and full activation checkpointing, and expert parallelism:
+// EP(2), EP(2) x FSDP(2), EP(2) x TP(2), EP(2) x PP(2) with accumulation; the selection bias
+// moving and logged; checkpoints resumed by one process and across EP degrees. Load balancing is on in all of
 // them, so each layout must also count every token once and sum the counts over the right ranks:
 // a count summed over too few ranks (or twice under recomputation) moves a bias the other way,
 // routes tokens elsewhere and moves the loss far beyond 1e-4.
@@ -92,22 +93,56 @@ TEST(CliMoe, SelectionBiasMovesAndLoadIsLogged) {
   EXPECT_FALSE(off.back().contains("moe/layer_0/bias_max"));
 }
 
-// A FSDP(2) checkpoint, the experts sharded and the bias saved whole, resumed by one process: the
-// resumed steps match the uninterrupted one-process run. Without the bias in the checkpoint the
-// resumed routing would start from zero bias and part from the reference.
-TEST(CliMoe, CheckpointResumesInOneProcess) {
+std::vector<std::string> ep(int degree) { return {"--parallelism.expert_parallel_degree", std::to_string(degree)}; }
+
+// Experts split over 2 ranks, tokens sent to them and back by all-to-all; FSDP has nothing left
+// to shard the experts over (efsdp 1), the rest over both ranks.
+TEST(CliMoe, EpTwoMatchesOneProcess) { expect_parity("Qwen3-MoE EP(2)", 2, concat(concat(degrees(1, 2), ep(2)), kBatch2), kBatch4); }
+
+// dp_shard 4 = efsdp 2 x ep 2: each rank holds 4 of the 8 experts, sharded again over 2 ranks.
+TEST(CliMoe, EpTwoByFsdpTwoMatchesOneProcess) {
+  expect_parity("Qwen3-MoE EP(2)xFSDP(2)", 4,
+                concat(concat(degrees(1, 4), ep(2)), concat(kMoe, {"--training.local_batch_size", "1"})), kBatch4);
+}
+
+// The ep group is a tp rank's peers in dp_shard: each sends its share of the sequence.
+TEST(CliMoe, EpTwoByTpTwoMatchesOneProcess) {
+  expect_parity("Qwen3-MoE EP(2)xTP(2)", 4, concat(concat(degrees(1, 2, 2), ep(2)), kBatch2), kBatch4);
+}
+
+// Each stage's MoE layers dispatch within the stage's ep group; 2 microbatches of 1 per rank and
+// step (GPipe: 1F1B needs as many pipeline microbatches per run as stages).
+TEST(CliMoe, EpTwoByPpTwoWithAccumulationMatchesOneProcess) {
+  expect_parity("Qwen3-MoE EP(2)xPP(2), 2 microbatches", 4,
+                concat(concat(degrees(1, 2), ep(2)),
+                       concat(kMoe, {"--training.local_batch_size", "1", "--training.global_batch_size", "4",
+                                     "--parallelism.pipeline_parallel_degree", "2",
+                                     "--parallelism.pipeline_parallel_schedule", "GPipe"})),
+                kBatch4);
+}
+
+// Steps 1-4 in `first_layout` on `first_nproc` ranks (checkpoint at 4), steps 5-8 resumed in
+// `second_layout`: the losses of both parts match the uninterrupted one-process run (parity.h's
+// bound). The bias is saved whole: without it the resumed routing would part from the reference.
+void expect_resume_matches(int first_nproc, const std::vector<std::string>& first_layout, int second_nproc,
+                           const std::vector<std::string>& second_layout) {
   testing::TempDir dir;
   const std::vector<std::string> common = {"--training.steps", "8", "--metrics.log_freq", "1", "--checkpoint.enable",
                                            "--checkpoint.interval", "4", "--checkpoint.last_save_model_only", "false"};
   auto one = testing::run_tiny_job(1, concat(common, kBatch4));
-  auto first = testing::run_ctitan(
-      concat(concat({"run", "--nproc-per-node", "2", "--master-port", "0", "train"}, testing::tiny_job_args(dir.path())),
-             concat(concat(common, {"--training.steps", "4"}), concat(degrees(1, 2), kBatch2))),
-      240);
+  const auto head = [](int nproc) {
+    return nproc == 1 ? std::vector<std::string>{"train"}
+                      : std::vector<std::string>{"run", "--nproc-per-node", std::to_string(nproc), "--master-port", "0", "train"};
+  };
+  auto first = testing::run_ctitan(concat(concat(head(first_nproc), testing::tiny_job_args(dir.path())),
+                                          concat(concat(common, {"--training.steps", "4"}), first_layout)),
+                                   240);
   ASSERT_EQ(first.exit_code, 0) << first.output;
   auto inspect = testing::run_ctitan({"checkpoint", "inspect", dir.file("checkpoint/step-4"), "--tensors"});
   EXPECT_NE(inspect.output.find("layers.1.moe.expert_bias"), std::string::npos) << inspect.output;
-  auto resumed = testing::run_ctitan(concat(concat({"train"}, testing::tiny_job_args(dir.path())), concat(common, kBatch4)), 240);
+  auto resumed = testing::run_ctitan(concat(concat(head(second_nproc), testing::tiny_job_args(dir.path())),
+                                            concat(common, second_layout)),
+                                     240);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(testing::first_logged_step(resumed.output), 5) << resumed.output;
   auto rows = testing::read_jsonl(dir.file("metrics.jsonl"));
@@ -123,6 +158,31 @@ TEST(CliMoe, CheckpointResumesInOneProcess) {
     }
   }
   EXPECT_EQ(compared, 8);
+}
+
+TEST(CliMoe, FsdpCheckpointResumesInOneProcess) {
+  expect_resume_matches(2, concat(degrees(1, 2), kBatch2), 1, kBatch4);
+}
+
+// Experts split over 2 ranks and sharded over 2 more, saved as whole (E, ...) tensors: read back
+// by one process, and by EP(4) on 4 ranks (2 experts each).
+TEST(CliMoe, EpCheckpointReshardsToOneProcessAndToEpFour) {
+  const auto ep2_fsdp2 = concat(concat(degrees(1, 4), ep(2)), concat(kMoe, {"--training.local_batch_size", "1"}));
+  expect_resume_matches(4, ep2_fsdp2, 1, kBatch4);
+  expect_resume_matches(4, ep2_fsdp2, 4, concat(concat(degrees(1, 4), ep(4)), concat(kMoe, {"--training.local_batch_size", "1"})));
+}
+
+// One line naming both keys, on every rank's behalf, before anything is built.
+TEST(CliMoe, ExpertsNotDivisibleByTheEpDegreeAreRefusedNamingTheKeys) {
+  testing::TempDir dir;
+  auto r = testing::run_ctitan(concat(concat({"run", "--nproc-per-node", "2", "--master-port", "0", "train"},
+                                             testing::tiny_job_args(dir.path())),
+                                      concat(concat(degrees(1, 2), ep(2)), concat(kBatch2, {"--model.num_experts", "3",
+                                                                                             "--model.top_k", "1"}))),
+                               120);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("model.num_experts 3 is not divisible by parallelism.expert_parallel_degree 2"),
+            std::string::npos) << r.output;
 }
 
 }  // namespace

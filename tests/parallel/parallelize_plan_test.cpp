@@ -57,9 +57,16 @@ TEST(ParallelizePlan, EveryFamilysPlanNamesItsModulesAndCoversEveryParameterOnce
         EXPECT_TRUE(unit_modules.insert(fqn).second) << name << ": " << fqn << " in two units";
       }
     }
-    // Every parameter in exactly one unit: none left out, none in a unit nested in another.
+    // Every parameter in one unit, or in an experts unit nested in its block's: none left out,
+    // and nothing else nested.
+    std::set<std::string> expert_modules;
+    for (const auto& unit : plan.fsdp_units) {
+      if (unit.experts) expert_modules.insert(unit.modules.begin(), unit.modules.end());
+    }
     for (const auto& param : model->named_parameters()) {
-      EXPECT_EQ(unit_modules_of(param.key(), unit_modules).size(), 1u) << name << ": " << param.key();
+      const auto units = unit_modules_of(param.key(), unit_modules);
+      const bool in_experts = !units.empty() && expert_modules.count(units.back());
+      EXPECT_EQ(units.size(), in_experts ? 2u : 1u) << name << ": " << param.key();
     }
     // Checkpointed regions are the blocks, in forward order.
     std::vector<std::string> blocks;
@@ -71,10 +78,12 @@ TEST(ParallelizePlan, EveryFamilysPlanNamesItsModulesAndCoversEveryParameterOnce
       const bool tied_slot = fqn == "output" && args.tie_word_embeddings;
       EXPECT_TRUE(modules.contains(fqn) || tied_slot) << name << ": pipeline module " << fqn;
     }
-    // FSDP units follow forward order: their modules appear in the layout's order.
+    // FSDP units follow forward order: their modules appear in the layout's order (an experts
+    // unit runs inside its block, right after the block's unit).
     const auto order = plan.pipeline.modules(args.n_layers);
     size_t at = 0;
     for (const auto& unit : plan.fsdp_units) {
+      if (unit.experts) continue;
       for (const auto& fqn : unit.modules) {
         while (at < order.size() && order[at] != fqn) ++at;
         EXPECT_LT(at, order.size()) << name << ": FSDP unit module " << fqn << " out of forward order";
@@ -130,14 +139,11 @@ std::map<std::string, std::pair<const void*, size_t>> storages(const models::Tra
   return out;
 }
 
-TEST(ParallelizePlan, FsdpRefusesAPlanThatMissesOrDoublesAParameterBeforeSharding) {
+TEST(ParallelizePlan, FsdpRefusesAPlanThatMissesAParameterBeforeSharding) {
   const auto args = tiny_args();
   auto missing = models::decoder_plan(args);
   missing.fsdp_units.erase(missing.fsdp_units.begin() + 2);  // layers.1
-  auto nested = models::decoder_plan(args);
-  nested.fsdp_units.insert(nested.fsdp_units.begin() + 2, {{"layers.0.attention"}});  // inside layers.0's unit
-  for (const auto& [plan, needle] : {std::pair{missing, "layers.1.attention.wq.weight is in 0 units"},
-                                     std::pair{nested, "layers.0.attention.wq.weight is in 2 units"}}) {
+  for (const auto& [plan, needle] : {std::pair{missing, "layers.1.attention.wq.weight is in no unit"}}) {
     models::Transformer model(args);
     const auto before = storages(model);
     try {
@@ -154,6 +160,23 @@ TEST(ParallelizePlan, FsdpRefusesAPlanThatMissesOrDoublesAParameterBeforeShardin
   auto fsdp = apply_fsdp(*model, models::decoder_plan(args).fsdp_units, {one_rank_group(), nullptr}, {},
                          config::ReshardAfterForward::kDefault);
   EXPECT_NE(storages(model), before);
+}
+
+// A unit nested in another (a MoE layer's experts in its block) owns its parameters: each
+// parameter is sharded once, the experts in groups of their own, after their block's.
+TEST(ParallelizePlan, NestedExpertsUnitOwnsItsParameters) {
+  auto args = models::model_flavor("qwen3_moe", "debugmodel");
+  args.dim = 32; args.n_layers = 2; args.n_heads = 2; args.n_kv_heads = 1; args.explicit_head_dim = 16;
+  args.vocab_size = 64; args.moe.hidden_dim = 8;
+  models::Transformer model(args);
+  auto fsdp = apply_fsdp(*model, models::decoder_plan(args).fsdp_units, {one_rank_group(), nullptr}, {},
+                         config::ReshardAfterForward::kDefault);
+  EXPECT_EQ(fsdp->group_count(), size_t(1 + 2 * 2 + 1));  // embeddings, (block, experts) x 2, head
+  std::map<std::string, int> seen;
+  for (const auto& [fqn, shard] : fsdp->sharded_parameters()) ++seen[fqn];
+  EXPECT_EQ(seen.size(), model->named_parameters().size());
+  for (const auto& [fqn, n] : seen) EXPECT_EQ(n, 1) << fqn;
+  EXPECT_TRUE(seen.count("layers.1.moe.experts.w2"));
 }
 
 TEST(ActivationCheckpoint, WrapsTheUnitsThePlanNames) {

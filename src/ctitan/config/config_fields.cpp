@@ -209,7 +209,7 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"parallelism", "data_parallel_shard_degree", &c.parallelism.data_parallel_shard_degree, "FSDP dimension; -1 = the ranks left over"},
       {"parallelism", "tensor_parallel_degree", &c.parallelism.tensor_parallel_degree, "TP dimension, innermost on the mesh: Megatron-style column/row-wise linears with sequence parallel"},
       {"parallelism", "context_parallel_degree", &c.parallelism.context_parallel_degree, "CP dimension, between dp_shard and tp: each rank holds 2 of 2 x cp chunks of every sequence, ring attention; FSDP shards over dp_shard x cp"},
-      {"parallelism", "expert_parallel_degree", &c.parallelism.expert_parallel_degree, "EP dimension for MoE experts, taken from dp_shard; only 1 (not built yet)"},
+      {"parallelism", "expert_parallel_degree", &c.parallelism.expert_parallel_degree, "EP dimension for MoE experts, taken from dp_shard: each rank holds num_experts / ep experts, tokens travel by all-to-all"},
       {"parallelism", "context_parallel_rotate_method", choice(&c.parallelism.context_parallel_rotate_method, kCpRotateMethods), "CP: allgather (every rank's keys at once, gradients reduce-scattered) or alltoall (a ring, one hop per step, overlapped)"},
       {"parallelism", "disable_loss_parallel", &c.parallelism.disable_loss_parallel, "TP: all-gather the vocab-sharded logits and take the ordinary loss, instead of a cross-entropy over the shards"},
       {"parallelism", "enable_async_tensor_parallel", &c.parallelism.enable_async_tensor_parallel, "TP: micro-pipeline each sequence all-gather and reduce-scatter with the matmul beside it, so communication overlaps compute (eager here; torchtitan's needs torch.compile)"},

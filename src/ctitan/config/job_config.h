@@ -145,8 +145,9 @@ struct Parallelism {
   // sequence (head-tail load balancing); attention passes keys and values around the ring.
   int64_t context_parallel_degree = 1;
   CpRotateMethod context_parallel_rotate_method = CpRotateMethod::kAllGather;  // allgather | alltoall (a ring)
-  // Expert parallelism: MoE experts split over this many of dp_shard's ranks. Checked, then
-  // refused above 1: not built yet (a MoE model trains under DDP, FSDP, TP, PP and CP).
+  // Expert parallelism (parallel/ep/): MoE experts split over this many of dp_shard's ranks,
+  // tokens dispatched to them by all-to-all; FSDP shards each rank's experts over the rest of
+  // dp_shard (torchtitan's efsdp). Not with context parallelism.
   int64_t expert_parallel_degree = 1;
   // Pipeline parallelism (parallel/pipeline/): the outermost mesh dimension.
   int64_t pipeline_parallel_degree = 1;

@@ -191,8 +191,9 @@ std::unique_ptr<DistContext> init_distributed(const config::JobConfig& config, c
   ctx->mesh = std::make_unique<DeviceMesh>(names, sizes, env.rank);
   std::vector<std::string> dp_dims;
   for (const auto& n : names) {
-    if (n == "dp_replicate" || n == "dp_shard") dp_dims.push_back(n);
+    if (n == "dp_replicate" || n == "dp_shard" || n == "efsdp" || n == "ep") dp_dims.push_back(n);
   }
+  if (ctx->dims.ep_enabled()) ctx->mesh->flatten({"efsdp", "ep"}, "dp_shard");
   if (!dp_dims.empty()) ctx->mesh->flatten(dp_dims, "dp");
   auto batch_dims = dp_dims;  // the ranks that compute the global batch between them
   if (ctx->dims.cp_enabled()) {

@@ -41,6 +41,15 @@ ParallelDims ParallelDims::from_config(const config::Parallelism& p, int64_t wor
         d.cp > 1 ? fmt::format("context_parallel_degree ({}) x ", d.cp) : "", d.tp,
         d.pp * d.dp_replicate * d.dp_shard * d.cp * d.tp, world_size));
   }
+  d.ep = p.expert_parallel_degree;
+  if (d.ep > 1 && d.dp_shard % d.ep != 0) {
+    throw ConfigError(fmt::format("parallelism.expert_parallel_degree {} does not divide data_parallel_shard_degree {}: "
+                                  "expert parallelism takes its ranks from dp_shard", d.ep, d.dp_shard));
+  }
+  if (d.ep > 1 && d.cp > 1) {
+    throw ConfigError(fmt::format("parallelism.expert_parallel_degree {} with context_parallel_degree {}: expert "
+                                  "parallelism over cp ranks is not built; use one of them", d.ep, d.cp));
+  }
   return d;
 }
 
@@ -48,7 +57,15 @@ std::vector<std::pair<std::string, int64_t>> ParallelDims::mesh_dims() const {
   std::vector<std::pair<std::string, int64_t>> dims;
   for (auto [name, size] : {std::pair<const char*, int64_t>{"pp", pp}, {"dp_replicate", dp_replicate},
                             {"dp_shard", dp_shard}, {"cp", cp}, {"tp", tp}}) {
-    if (size > 1) dims.emplace_back(name, size);
+    if (size <= 1) continue;
+    if (std::string(name) == "dp_shard" && ep > 1) {
+      // dp_shard's ranks as efsdp x ep: an ep group holds adjacent dp_shard ranks (torchtitan's
+      // order); the flattened dp_shard (init_distributed) is FSDP's group for the rest.
+      dims.emplace_back("efsdp", dp_shard / ep);
+      dims.emplace_back("ep", ep);
+      continue;
+    }
+    dims.emplace_back(name, size);
   }
   return dims;
 }

@@ -15,6 +15,9 @@ struct ParallelDims {
   int64_t cp = 1;
   int64_t tp = 1;
   int64_t pp = 1;
+  // Expert parallelism: MoE experts split over `ep` of dp_shard's ranks (the mesh splits dp_shard
+  // into efsdp x ep; FSDP shards the experts over efsdp, everything else over dp_shard).
+  int64_t ep = 1;
   int64_t world_size = 1;
 
   // Resolves data_parallel_shard_degree = -1 to the ranks left over. A product that does not
@@ -29,9 +32,11 @@ struct ParallelDims {
   bool cp_enabled() const { return cp > 1; }
   bool tp_enabled() const { return tp > 1; }
   bool pp_enabled() const { return pp > 1; }
+  bool ep_enabled() const { return ep > 1; }
 
   // The mesh's named dimensions, outermost first, sizes > 1 only (torchtitan's order:
-  // pp, dp_replicate, dp_shard, cp, tp).
+  // pp, dp_replicate, dp_shard, cp, tp), except that expert parallelism splits dp_shard into
+  // efsdp (kept at size 1 too: FSDP's group for the experts) x ep.
   std::vector<std::pair<std::string, int64_t>> mesh_dims() const;
 };
 

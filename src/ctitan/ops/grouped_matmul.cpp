@@ -13,7 +13,9 @@ torch::Tensor per_group(const torch::Tensor& x, const torch::Tensor& w, const st
     outs.push_back(torch::matmul(x.narrow(0, start, counts[e]), w[int64_t(e)].t()));  // (n_e, out)
     start += counts[e];
   }
-  if (outs.empty()) return x.new_zeros({0, w.size(1)});
+  // No rows at all (expert parallelism can send a rank none): an empty product that still
+  // depends on x and w, so that autograd reaches them with (zero) gradients.
+  if (outs.empty()) return torch::matmul(x, w[0].t());
   return outs.size() == 1 ? outs.front() : torch::cat(outs);
 }
 

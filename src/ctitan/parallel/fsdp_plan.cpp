@@ -21,7 +21,7 @@ bool frees_after_forward(models::FreeAfterForward rule, config::ReshardAfterForw
 }
 
 // How many of the units' modules hold the parameter `param`: those that are a prefix of its FQN
-// at a dot. Exactly one is a plan that shards it once.
+// at a dot. The innermost shards it; none is a plan bug.
 int units_holding(const std::string& param, const std::set<std::string>& modules) {
   int count = 0;
   for (size_t dot = param.find('.'); dot != std::string::npos; dot = param.find('.', dot + 1)) {
@@ -34,10 +34,16 @@ int units_holding(const std::string& param, const std::set<std::string>& modules
 
 std::unique_ptr<fsdp::FSDPModule> apply_fsdp(models::TransformerImpl& model, const std::vector<models::FsdpUnit>& units,
                                              fsdp::MeshGroups groups, fsdp::MixedPrecisionPolicy mp,
-                                             config::ReshardAfterForward reshard_after_forward, bool pipeline) {
+                                             config::ReshardAfterForward reshard_after_forward, bool pipeline,
+                                             const std::optional<fsdp::MeshGroups>& expert_groups) {
   const auto present = model.named_modules("", /*include_self=*/false);
   // Resolved and checked before anything is sharded.
-  std::vector<std::pair<std::vector<std::pair<std::string, const torch::nn::Module*>>, bool>> resolved;
+  struct Resolved {
+    std::vector<std::pair<std::string, const torch::nn::Module*>> modules;
+    bool free_after_forward;
+    bool experts;
+  };
+  std::vector<Resolved> resolved;
   std::set<std::string> sharded;
   for (const auto& unit : units) {
     std::vector<std::pair<std::string, const torch::nn::Module*>> modules;
@@ -48,17 +54,26 @@ std::unique_ptr<fsdp::FSDPModule> apply_fsdp(models::TransformerImpl& model, con
       }
     }
     if (modules.empty()) continue;  // another pipeline stage's
-    resolved.emplace_back(std::move(modules), frees_after_forward(unit.free_after_forward, reshard_after_forward, pipeline));
+    resolved.push_back({std::move(modules), frees_after_forward(unit.free_after_forward, reshard_after_forward, pipeline),
+                        unit.experts});
   }
   for (const auto& param : model.named_parameters()) {
-    const int units = units_holding(param.key(), sharded);
-    if (units != 1) {
-      throw std::logic_error("FSDP plan: parameter " + param.key() + " is in " + std::to_string(units) +
-                             " units of the model's plan, not one");
+    if (units_holding(param.key(), sharded) == 0) {
+      throw std::logic_error("FSDP plan: parameter " + param.key() + " is in no unit of the model's plan");
     }
   }
   auto fsdp = std::make_unique<fsdp::FSDPModule>(model.hooks, std::move(groups), mp);
-  for (const auto& [modules, free_after_forward] : resolved) fsdp->fully_shard(modules, free_after_forward);
+  for (const auto& unit : resolved) {
+    // The units nested in this one's modules own their parameters.
+    std::vector<std::string> nested;
+    for (const auto& [module, _] : unit.modules) {
+      for (const auto& inner : sharded) {
+        if (inner.rfind(module + ".", 0) == 0) nested.push_back(inner);
+      }
+    }
+    fsdp->fully_shard(unit.modules, unit.free_after_forward, nested,
+                      unit.experts ? expert_groups : std::optional<fsdp::MeshGroups>());
+  }
   fsdp->fully_shard_root(model);
   return fsdp;
 }

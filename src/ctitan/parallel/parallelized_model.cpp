@@ -33,7 +33,7 @@ void refuse_layouts_the_model_lacks(const models::ModelArgs& args, const distrib
   }
   const int64_t ep = config.parallelism.expert_parallel_degree;
   if (ep == 1) return;
-  // torchtitan's rules first, so that a layout that could never work is named as such.
+  // ParallelDims checked that ep divides dp_shard.
   if (args.moe.num_experts == 0) {
     throw ConfigError(fmt::format("parallelism.expert_parallel_degree {} needs a mixture-of-experts model; model.name "
                                   "{} is dense", ep, config.model.name));
@@ -42,12 +42,6 @@ void refuse_layouts_the_model_lacks(const models::ModelArgs& args, const distrib
     throw ConfigError(fmt::format("model.num_experts {} is not divisible by parallelism.expert_parallel_degree {}",
                                   args.moe.num_experts, ep));
   }
-  if (dims.dp_shard % ep != 0) {
-    throw ConfigError(fmt::format("parallelism.expert_parallel_degree {} does not divide data_parallel_shard_degree {}: "
-                                  "expert parallelism takes its ranks from dp_shard", ep, dims.dp_shard));
-  }
-  throw ConfigError(fmt::format("parallelism.expert_parallel_degree {}: expert parallelism is not built yet; with 1, "
-                                "FSDP shards the experts over dp_shard (1/N of their state per rank)", ep));
 }
 
 std::unique_ptr<ParallelizedModel> parallelize(models::DeferredModel model, const distributed::DistContext& dist,
@@ -68,6 +62,7 @@ std::unique_ptr<ParallelizedModel> parallelize(models::DeferredModel model, cons
   // written in place.
   if (dist.dims.pp_enabled()) out->apply_pipeline(dist, config, device);
   if (dist.dims.tp_enabled()) out->apply_tensor_parallel(dist, config);
+  if (dist.dims.ep_enabled()) out->apply_expert_parallel(dist);
   if (dist.dims.cp_enabled()) out->apply_context_parallel(dist, config);
   out->apply_checkpointing(config);
   if (!dist.dims.fsdp_enabled()) out->draw_initial_weights(model.draws);
@@ -175,6 +170,13 @@ void ParallelizedModel::apply_tensor_parallel(const distributed::DistContext& di
                async ? "; async TP (collectives micro-pipelined with their matmuls)" : "");
 }
 
+void ParallelizedModel::apply_expert_parallel(const distributed::DistContext& dist) {
+  expert_parallel_ = std::make_unique<ep::ExpertParallel>(part_pointers(), dist.mesh->group("ep"));
+  spdlog::info("EP over {} ranks: each holds {} of {} experts per MoE layer, tokens dispatched and combined by "
+               "all-to-all; FSDP shards them over efsdp {}", dist.dims.ep, args().moe.num_experts / dist.dims.ep,
+               args().moe.num_experts, dist.dims.dp_shard / dist.dims.ep);
+}
+
 void ParallelizedModel::apply_context_parallel(const distributed::DistContext& dist, const config::JobConfig& config) {
   const auto method = config.parallelism.context_parallel_rotate_method;
   context_parallel_ = std::make_unique<cp::ContextParallel>(part_pointers(), dist.mesh->group("cp"), method);
@@ -223,8 +225,12 @@ void ParallelizedModel::apply_data_parallel(const distributed::DistContext& dist
                             dims.dp_replicate > 1 ? dist.mesh->group("dp_replicate") : nullptr};
     shard_group_ = groups.shard;
     fsdp::MixedPrecisionPolicy mp{bf16_ ? torch::kBFloat16 : torch::kFloat, config.training.mixed_precision_reduce};
+    // Routed experts: over the dp_shard ranks that hold the same experts (efsdp) under EP.
+    std::optional<fsdp::MeshGroups> expert_groups;
+    if (dims.ep_enabled()) expert_groups = fsdp::MeshGroups{dist.mesh->group("efsdp"), groups.replicate};
     data_parallel_ = wrap_each_part([&](models::TransformerImpl& part) -> PartWrapper {
-      return apply_fsdp(part, plan_.fsdp_units, groups, mp, p.fsdp_reshard_after_forward, dims.pp_enabled());
+      return apply_fsdp(part, plan_.fsdp_units, groups, mp, p.fsdp_reshard_after_forward, dims.pp_enabled(),
+                        expert_groups);
     });
     reduce_every_microbatch_ = p.fsdp_gradient_sync == config::GradientSync::kEveryMicrobatch;
     spdlog::info("{} over dp_shard {}{} x dp_replicate {}: params {}, reduce {}, reshard_after_forward {}, "
@@ -310,6 +316,14 @@ void ParallelizedModel::finish_gradients() {
 
 void ParallelizedModel::before_optimizer_step() { expert_balance_->update(); }
 
+std::vector<std::pair<std::string, double>> ParallelizedModel::moe_metrics(int64_t window_steps) {
+  auto out = expert_balance_->load_metrics();
+  if (expert_parallel_) {
+    out.emplace_back("moe/a2a_bytes_per_step", double(std::exchange(a2a_bytes_, 0)) / double(std::max<int64_t>(window_steps, 1)));
+  }
+  return out;
+}
+
 std::vector<std::pair<std::string, torch::Tensor>> ParallelizedModel::saved_buffers() const {
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (const auto& part : parts_) {
@@ -329,7 +343,10 @@ std::vector<std::pair<std::string, torch::Tensor>> ParallelizedModel::trained_pa
 
 ShardLayouts ParallelizedModel::shard_layouts() const {
   auto layouts = data_parallel_ ? data_parallel_->shard_layouts() : ShardLayouts{};
-  if (tensor_parallel_) layouts = tp::nest_layouts(tensor_parallel_->shard_layouts(), layouts);
+  // TP's and EP's slices (of different parameters), each sharded again by FSDP.
+  ShardLayouts sliced = tensor_parallel_ ? tensor_parallel_->shard_layouts() : ShardLayouts{};
+  if (expert_parallel_) sliced.insert(expert_parallel_->shard_layouts().begin(), expert_parallel_->shard_layouts().end());
+  if (!sliced.empty()) layouts = tp::nest_layouts(sliced, layouts);
   return layouts;
 }
 
@@ -338,6 +355,10 @@ StepTimes ParallelizedModel::take_step_times() {
   // TP's collectives block inside forward and backward (and the norms' sum and the grad norm).
   if (tensor_parallel_) times.exposed_comm_seconds += tensor_parallel_->take_exposed_comm_seconds();
   if (context_parallel_) times.exposed_comm_seconds += context_parallel_->take_exposed_comm_seconds();
+  if (expert_parallel_) {
+    times.exposed_comm_seconds += expert_parallel_->take_exposed_comm_seconds();
+    a2a_bytes_ += expert_parallel_->take_sent_bytes();
+  }
   if (data_parallel_) {
     times.exposed_comm_seconds += data_parallel_->take_exposed_comm_seconds();
     times.grad_sync_seconds = data_parallel_->take_grad_sync_seconds();

@@ -22,6 +22,7 @@
 #include "ctitan/models/common/transformer.h"
 #include "ctitan/parallel/cp/context_parallel.h"
 #include "ctitan/parallel/data_parallel.h"
+#include "ctitan/parallel/ep/expert_parallel.h"
 #include "ctitan/parallel/moe_balance.h"
 #include "ctitan/parallel/pipeline/runtime.h"
 #include "ctitan/parallel/tp/tensor_parallel.h"
@@ -85,8 +86,10 @@ class ParallelizedModel {
   // The model's saved state that is not trained (models::buffer_shapes: MoE expert_bias), whole
   // on every rank that holds its layer, by FQN.
   std::vector<std::pair<std::string, torch::Tensor>> saved_buffers() const;
-  // The MoE layers' load and bias ranges at the last step, for the metrics (ExpertBalance::load_metrics).
-  std::vector<std::pair<std::string, double>> expert_load_metrics() const { return expert_balance_->load_metrics(); }
+  // The MoE layers' load and bias ranges at the last step (ExpertBalance::load_metrics), and under
+  // expert parallelism the all-to-all bytes this rank sent per step since the last call
+  // (moe/a2a_bytes_per_step), for the metrics.
+  std::vector<std::pair<std::string, double>> moe_metrics(int64_t window_steps);
   // The groups the gradient norm spans, aligned with trained_parameters().
   const components::GradNormGroups& grad_norm_groups() const { return grad_norm_groups_; }
   // Where each trained tensor sits in its global tensor (FSDP shards, TP slices, both nested);
@@ -109,6 +112,7 @@ class ParallelizedModel {
   void apply_pipeline(const distributed::DistContext& dist, const config::JobConfig& config, torch::Device device);
   void apply_tensor_parallel(const distributed::DistContext& dist, const config::JobConfig& config);
   void apply_context_parallel(const distributed::DistContext& dist, const config::JobConfig& config);
+  void apply_expert_parallel(const distributed::DistContext& dist);
   // inputs, labels (B, T) -> what this rank computes: its context-parallel chunks, or all of them.
   std::pair<torch::Tensor, torch::Tensor> local_batch(const torch::Tensor& inputs, const torch::Tensor& labels);
   void apply_checkpointing(const config::JobConfig& config);
@@ -138,6 +142,8 @@ class ParallelizedModel {
   // Destroyed before the parts they hook (members are destroyed in reverse order).
   std::unique_ptr<tp::TensorParallel> tensor_parallel_;  // null without TP
   std::unique_ptr<cp::ContextParallel> context_parallel_;  // null without CP
+  std::unique_ptr<ep::ExpertParallel> expert_parallel_;    // null without EP
+  int64_t a2a_bytes_ = 0;                                  // EP's sent bytes since the last moe_metrics()
   std::unique_ptr<DataParallel> data_parallel_;          // DDP, FSDP or HSDP; null without them
   std::unique_ptr<ExpertBalance> expert_balance_;        // empty for a dense model
   std::shared_ptr<distributed::Communicator> shard_group_;  // FSDP's dp_shard group, else null

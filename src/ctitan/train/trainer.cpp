@@ -122,13 +122,13 @@ Trainer::Trainer(config::JobConfig config)
                                fmt::format("{:%Y%m%d-%H%M}", fmt::localtime(std::time(nullptr))))
                                   .string();
   }
-  metrics.extra_fields = [this](int64_t) {
+  metrics.extra_fields = [this](int64_t window_steps) {
     // A mixture: tokens drawn from each source so far (every rank reads the same stream, so the
     // counts are the run's, not this rank's share). Host integers: no tensor is held.
     std::vector<std::pair<std::string, double>> fields;
     for (const auto& [name, tokens] : dataloader_->source_tokens()) fields.emplace_back("data_tokens/" + name, double(tokens));
     // MoE layers: the last step's expert loads and bias ranges (this rank's pipeline stage's layers).
-    for (auto& field : model_->expert_load_metrics()) fields.push_back(std::move(field));
+    for (auto& field : model_->moe_metrics(window_steps)) fields.push_back(std::move(field));
     return fields;
   };
   metrics_ = std::make_unique<metrics::MetricsProcessor>(std::move(metrics));

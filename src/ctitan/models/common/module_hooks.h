@@ -33,11 +33,20 @@ class ModuleHooks {
   using Attention = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>;
   void set_attention(Attention attention) { attention_ = std::move(attention); }
   const Attention& attention() const { return attention_; }
+  // A MoE layer's routed experts, in place of computing every expert here, as torchtitan's
+  // expert parallelism wraps GroupedExperts: `routed` (N k, dim) sorted by expert id, `counts`
+  // (E) int64 on its device, rows per expert; `local` computes the experts this rank holds on
+  // rows sorted by them, given their row counts -> (N k, dim) in `routed`'s order.
+  using LocalExperts = std::function<torch::Tensor(const torch::Tensor&, const std::vector<int64_t>&)>;
+  using Experts = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const LocalExperts&)>;
+  void set_experts(Experts experts) { experts_ = std::move(experts); }
+  const Experts& experts() const { return experts_; }
   void clear() {
     pre_.clear();
     post_.clear();
     around_.clear();
     attention_ = nullptr;
+    experts_ = nullptr;
   }
 
   // forward(input) between `module`'s pre hooks (registration order) and its post hooks.
@@ -58,6 +67,7 @@ class ModuleHooks {
   std::map<const torch::nn::Module*, std::vector<Hook>> pre_, post_;
   std::map<const torch::nn::Module*, Around> around_;
   Attention attention_;
+  Experts experts_;
 };
 
 }  // namespace ctitan::models

@@ -89,11 +89,21 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& x) {
   // A stable sort keeps each expert's tokens in token order, so results do not depend on the sort.
   auto order = std::get<1>(chosen.sort(std::optional<bool>(true), /*dim=*/0, /*descending=*/false));  // (N k): sorted slot -> routed slot
   auto routed = flat.index_select(0, order.div(k, "floor"));  // (N k, dim), grouped by expert
-  // The group sizes on the host: the per-expert matmuls need them (on CUDA a copy that waits for
-  // the router; torchtitan's grouped_mm path waits likewise under expert parallelism).
-  auto host_counts = counts.cpu();
-  std::vector<int64_t> sizes(host_counts.data_ptr<int64_t>(), host_counts.data_ptr<int64_t>() + host_counts.numel());
-  auto out = experts->forward(routed, sizes);  // (N k, dim)
+  // The experts this rank holds, on rows sorted by them: through the hooks, where FSDP gathers them.
+  const ModuleHooks::LocalExperts local = [this](const torch::Tensor& rows, const std::vector<int64_t>& sizes) {
+    auto run = [&](const torch::Tensor& in) { return experts->forward(in, sizes); };
+    return hooks ? hooks->call(*experts, rows, run) : run(rows);
+  };
+  torch::Tensor out;  // (N k, dim)
+  if (hooks && hooks->experts()) {
+    out = hooks->experts()(routed, counts, local);  // expert parallelism: elsewhere and back
+  } else {
+    // The group sizes on the host: the per-expert matmuls need them (on CUDA a copy that waits
+    // for the router; torchtitan's grouped_mm path waits likewise under expert parallelism).
+    auto host_counts = counts.cpu();
+    out = local(routed, std::vector<int64_t>(host_counts.data_ptr<int64_t>(),
+                                             host_counts.data_ptr<int64_t>() + host_counts.numel()));
+  }
   // Back to token-major (row i k + j is token i's j-th expert), then the score-weighted sum in
   // fp32, scores after the experts (score_before_experts false, every Qwen3 and DeepSeek flavor).
   auto inverse = torch::empty_like(order).scatter_(0, order, torch::arange(n * k, order.options()));

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "ctitan/models/common/model_args.h"
+#include "ctitan/models/common/module_hooks.h"
 
 namespace ctitan::models {
 
@@ -56,6 +57,9 @@ class MoEImpl : public torch::nn::Module {
   Router router{nullptr};
   GroupedExperts experts{nullptr};
   std::shared_ptr<FeedForwardImpl> shared_experts;  // null without shared experts
+  // The model's hooks: the experts run through them (FSDP gathers them there, expert parallelism
+  // dispatches their tokens); null: plain calls.
+  const ModuleHooks* hooks = nullptr;
   // (E) fp32 buffer, the selection bias; undefined when load_balance_coeff is 0.
   torch::Tensor expert_bias;
   // (E) fp32, the tokens routed to each expert since the last reset (not a buffer: not saved),

@@ -31,6 +31,8 @@ ParallelizePlan decoder_plan(const ModelArgs& args) {
       {{"tok_embeddings"}, args.tie_word_embeddings ? FreeAfterForward::kNever : FreeAfterForward::kPerPolicy});
   for (int64_t i = 0; i < args.n_layers; ++i) {
     plan.fsdp_units.push_back({{plan.pipeline.block(i)}, FreeAfterForward::kPerPolicy});
+    // Gathered when the router has chosen (inside the block's forward), after the block's unit.
+    if (args.is_moe_layer(i)) plan.fsdp_units.push_back({{plan.pipeline.block(i) + ".moe.experts"}, FreeAfterForward::kPerPolicy, true});
     plan.checkpoint_units.push_back(plan.pipeline.block(i));
   }
   // norm and output are one unit, as torchtitan's; a pipeline split between them

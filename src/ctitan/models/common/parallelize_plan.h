@@ -40,9 +40,14 @@ enum class FreeAfterForward {
 };
 
 // Modules FSDP gathers, frees and reduce-scatters as one group, as one fully_shard call.
+// A unit may nest inside another's module (a MoE layer's experts inside its block, as torchtitan
+// shards moe.experts apart): the inner unit owns its parameters, the outer one the rest.
 struct FsdpUnit {
   std::vector<std::string> modules;  // FQNs in forward order, e.g. {"norm", "output"}
   FreeAfterForward free_after_forward = FreeAfterForward::kPerPolicy;
+  // Routed experts: sharded over the ranks that hold the same experts (efsdp under expert
+  // parallelism; the whole FSDP group without it).
+  bool experts = false;
 };
 
 // The modules a pipeline split places around the blocks, as generate_llm_fqn_per_model_part's

@@ -142,6 +142,7 @@ TransformerImpl::TransformerImpl(const ModelArgs& args) : args_(args) {
     block->hooks = &hooks;
     block->attention->hooks = &hooks;
     if (block->feed_forward) block->feed_forward->hooks = &hooks;
+    if (block->moe) block->moe->hooks = &hooks;
   }
   norm = register_module("norm", RMSNorm(args.dim, args.norm_eps));
   if (args.tie_word_embeddings) {

@@ -33,7 +33,8 @@ FSDPModule::FSDPModule(models::ModuleHooks& hooks, MeshGroups groups, MixedPreci
 FSDPModule::~FSDPModule() { hooks_.clear(); }
 
 void FSDPModule::fully_shard(const std::vector<std::pair<std::string, const torch::nn::Module*>>& modules,
-                             bool reshard_after_forward) {
+                             bool reshard_after_forward, const std::vector<std::string>& nested,
+                             const std::optional<MeshGroups>& groups) {
   TORCH_CHECK(!modules.empty(), "fully_shard: no modules");
   std::set<const at::TensorImpl*> taken;
   for (const auto& g : param_groups_) {
@@ -43,11 +44,14 @@ void FSDPModule::fully_shard(const std::vector<std::pair<std::string, const torc
   for (const auto& [prefix, module] : modules) {
     for (const auto& item : module->named_parameters(/*recurse=*/true)) {
       if (taken.count(item.value().unsafeGetTensorImpl())) continue;  // already in an inner group
-      params.emplace_back(prefix + "." + item.key(), item.value());
+      const auto fqn = prefix + "." + item.key();
+      bool inner = false;
+      for (const auto& n : nested) inner = inner || fqn.rfind(n + ".", 0) == 0;
+      if (!inner) params.emplace_back(fqn, item.value());
     }
   }
   const size_t index = param_groups_.size();
-  param_groups_.push_back(std::make_unique<FSDPParamGroup>(modules.front().first, std::move(params), groups_, mp_,
+  param_groups_.push_back(std::make_unique<FSDPParamGroup>(modules.front().first, std::move(params), groups.value_or(groups_), mp_,
                                                        reshard_after_forward));
   pending_post_backwards_.push_back(0);
   began_backward_.push_back(false);

@@ -32,6 +32,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,8 +53,12 @@ class FSDPModule final : public DataParallel {
 
   // One group from `modules` (FQN prefix, module), in forward order: gathered before the first
   // module's forward, released after the last's. Call in the order the model runs them.
+  // Parameters under a `nested` prefix (a module sharded by a later call, run inside these) are
+  // left to it. `groups`: this group's own mesh groups (routed experts under expert
+  // parallelism), else the module's.
   void fully_shard(const std::vector<std::pair<std::string, const torch::nn::Module*>>& modules,
-                   bool reshard_after_forward);
+                   bool reshard_after_forward, const std::vector<std::string>& nested = {},
+                   const std::optional<MeshGroups>& groups = std::nullopt);
   // The root: after a forward without grad (evaluation) every group is resharded, so no
   // unsharded copy outlives an optimizer step.
   void fully_shard_root(const torch::nn::Module& root);
