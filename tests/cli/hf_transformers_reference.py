@@ -21,8 +21,10 @@ Run by tests/cli/hf_transformers_test.cpp with the venv's Python (CTITAN_PYTHON)
                     --head-dim 0 --vocab 256 --ffn 256 --max-pos 64 --rope-theta 10000 --eps 1e-6
                     --experts 8 --top-k 2 --moe-ffn 32 --seed 0] [--tie] [--legacy-config]
       A random LlamaForCausalLM (or Qwen3ForCausalLM, or Qwen3MoeForCausalLM with --experts
-      experts of --moe-ffn, top --top-k renormalised; --head-dim 0: dim / heads) saved with
-      save_pretrained(DIR, safe_serialization=True), which writes each expert apart.
+      experts of --moe-ffn, top --top-k renormalised, or DeepseekV3ForCausalLM with those experts
+      in 4 groups, a shared expert, a random selection bias, latent attention with --q-lora query
+      rank; --head-dim 0: dim / heads) saved with save_pretrained(DIR, safe_serialization=True),
+      which writes each expert apart.
       JSON: {"dir": DIR, "saved_tensors": [names in DIR's safetensors files, read back]}.
       --legacy-config rewrites config.json with the keys transformers 4.x wrote (top-level
       rope_theta, rope_scaling null, torch_dtype) instead of 5.x's rope_parameters / dtype.
@@ -161,6 +163,8 @@ def cmd_read_safetensors(args):
 
 def cmd_save_random(args):
     from transformers import (
+        DeepseekV3Config,
+        DeepseekV3ForCausalLM,
         LlamaConfig,
         LlamaForCausalLM,
         Qwen3Config,
@@ -174,11 +178,19 @@ def cmd_save_random(args):
         "llama": (LlamaConfig, LlamaForCausalLM),
         "qwen3": (Qwen3Config, Qwen3ForCausalLM),
         "qwen3_moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM),
+        "deepseek_v3": (DeepseekV3Config, DeepseekV3ForCausalLM),
     }[args.family]
     extra = {"head_dim": args.head_dim} if args.head_dim else {}
     if args.family == "qwen3_moe":
         extra.update(num_experts=args.experts, num_experts_per_tok=args.top_k, moe_intermediate_size=args.moe_ffn,
                      norm_topk_prob=True)
+    if args.family == "deepseek_v3":
+        # DeepSeek-V3's routing at a small size: 4 groups, the best 2, one shared expert, the
+        # first layer dense; latent attention with a query latent too (--q-lora 0: none).
+        extra = dict(n_routed_experts=args.experts, num_experts_per_tok=args.top_k, moe_intermediate_size=args.moe_ffn,
+                     n_shared_experts=1, n_group=4, topk_group=2, routed_scaling_factor=2.5, first_k_dense_replace=1,
+                     norm_topk_prob=True, kv_lora_rank=32, q_lora_rank=args.q_lora or None, qk_nope_head_dim=16,
+                     qk_rope_head_dim=8, v_head_dim=16)
     config = config_class(
         **extra,
         hidden_size=args.dim,
@@ -204,6 +216,9 @@ def cmd_save_random(args):
                 p.copy_(torch.randn_like(p))
             else:
                 p.copy_(torch.randn_like(p) / p.shape[1] ** 0.5)
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # a bias that changes some choices
+                b.copy_(0.05 * torch.randn_like(b))
     model.save_pretrained(args.dir, safe_serialization=True)
     if args.legacy_config:
         path = os.path.join(args.dir, "config.json")
@@ -277,7 +292,8 @@ def main():
     p = sub.add_parser("save-random")
     p.add_argument("--dir", required=True)
     p.add_argument("--out")
-    p.add_argument("--family", choices=["llama", "qwen3", "qwen3_moe"], default="llama")
+    p.add_argument("--family", choices=["llama", "qwen3", "qwen3_moe", "deepseek_v3"], default="llama")
+    p.add_argument("--q-lora", type=int, default=0)
     p.add_argument("--experts", type=int, default=8)
     p.add_argument("--top-k", type=int, default=2)
     p.add_argument("--moe-ffn", type=int, default=32)

@@ -590,5 +590,104 @@ TEST(CliHfTransformers, TransformersSavedQwen3MoeImportsWithSameLogitsAndExpertO
   std::cout << "[ transformers-saved Qwen3-MoE, experts in string order ] " << w.str() << "\n";
 }
 
+// ---- DeepSeek-V3 (DeepseekV3ForCausalLM): latent attention, shared expert, grouped sigmoid routing ----
+
+// Experts stacked in string order of their ids (0, 1, 10, 11, 2, ...): what a sort of the HF
+// names would give. For the negative controls.
+StateDict experts_in_string_order(StateDict state, const models::ModelArgs& args) {
+  std::vector<std::string> names;
+  for (int64_t e = 0; e < args.moe.num_experts; ++e) names.push_back(std::to_string(e));
+  std::sort(names.begin(), names.end());
+  std::vector<int64_t> order;
+  for (const auto& n : names) order.push_back(std::stoll(n));
+  auto index = torch::tensor(order, torch::kLong);
+  for (int64_t i = 0; i < args.n_layers; ++i) {
+    for (const char* w : {"w1", "w2", "w3"}) {
+      auto name = fmt::format("layers.{}.moe.experts.{}", i, w);
+      if (state.count(name)) state[name] = state[name].index_select(0, index);
+    }
+  }
+  return state;
+}
+
+// ctitan's logits for a state that carries the experts' selection bias (a buffer).
+torch::Tensor ctitan_logits_with_bias(const StateDict& state, const models::ModelArgs& args,
+                                      const std::vector<int64_t>& ids) {
+  models::Transformer model(args);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->named_parameters()) p.value().copy_(require_state(state, p.key()).to(torch::kFloat));
+  for (auto& b : model->named_buffers()) b.value().copy_(require_state(state, b.key()));
+  auto tokens = torch::tensor(ids, torch::kLong).unsqueeze(0);
+  return model->forward(tokens)[0];
+}
+
+// (c for DeepSeek-V3) A DeepseekV3ForCausalLM saved by transformers (12 experts in 4 groups, a
+// shared expert, a random e_score_correction_bias, the first layer dense), with a query latent
+// and without, imports with its logits: latent attention, interleaved RoPE without any row
+// permutation, the bias choosing. Negative control: experts in string order.
+TEST(CliHfTransformers, TransformersSavedDeepseekV3ImportsWithSameLogits) {
+  if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
+  for (const char* q_lora : {"24", "0"}) {
+    TempDir work;
+    auto saved = work.path() / "saved";
+    ASSERT_FALSE(reference(work, "save", {"save-random", "--family", "deepseek_v3", "--dir", saved.string(), "--layers",
+                                          "3", "--kv-heads", "4", "--experts", "12", "--top-k", "3", "--moe-ffn", "24",
+                                          "--q-lora", q_lora, "--seed", "8"})
+                     .is_null());
+    checkpoint::hf::HfModel hf;
+    ASSERT_NO_THROW(hf = checkpoint::hf::import_hf(saved));
+    EXPECT_EQ(hf.args.family, "deepseek_v3");
+    EXPECT_TRUE(hf.args.latent_attention());
+    EXPECT_EQ(hf.args.q_lora_rank, std::stoll(q_lora));
+    EXPECT_EQ(hf.args.moe.num_experts, 12);
+    EXPECT_EQ(hf.args.moe.num_expert_groups, 4);
+    EXPECT_EQ(hf.args.moe.n_dense_layers, 1);
+    EXPECT_GT(hf.model.at("layers.1.moe.expert_bias").abs().max().item<float>(), 0.0f);  // read, not zeroed
+    const std::vector<int64_t> ids{1, 2, 3, 200, 17, 255, 0, 64, 64, 9, 100, 31};
+    auto ref = reference(work, "logits", {"logits", "--model", saved.string(), "--ids", ids_arg(ids)});
+    ASSERT_FALSE(ref.is_null());
+    EXPECT_EQ(ref["config"]["architecture"], "DeepseekV3ForCausalLM");
+    auto c = compare(ctitan_logits_with_bias(hf.model, hf.args, ids), ref);
+    EXPECT_TRUE(c.ok()) << "q_lora " << q_lora << ": " << c.str();
+    std::cout << "[ transformers-saved DeepSeek-V3, q_lora " << q_lora << " ] " << c.str() << "\n";
+    auto w = compare(ctitan_logits_with_bias(experts_in_string_order(hf.model, hf.args), hf.args, ids), ref);
+    EXPECT_GT(w.max_abs_diff, 100 * kLogitTol * w.scale) << "experts in string order went unnoticed: " << w.str();
+    std::cout << "[ transformers-saved DeepSeek-V3, experts in string order ] " << w.str() << "\n";
+  }
+}
+
+// The tiny job as DeepSeek-V3's debug model (latent attention of rank 64, 8 experts in 4 groups,
+// a shared expert, the first layer dense), with its selection bias trained: HF's model has one.
+config::JobConfig tiny_deepseek_job(const std::string& dir) {
+  auto c = testing::tiny_job_config(dir);
+  c.model.name = "deepseek_v3";
+  c.model.flavor = "debugmodel";
+  c.model.moe_hidden_dim = 32;
+  c.model.hidden_dim = 128;
+  return c;
+}
+
+// (a, b for DeepSeek-V3) transformers' DeepseekV3ForCausalLM loads our export (the bias as
+// e_score_correction_bias) and computes our logits; `ctitan generate` picks its greedy ids.
+TEST(CliHfTransformers, ExportedDeepseekV3LogitsAndGreedyIdsMatchTransformers) {
+  if (!testing::have_python()) GTEST_SKIP() << kNoTransformersPython;
+  static const auto t = train_and_export(tiny_deepseek_job);
+  ASSERT_TRUE(t->args.latent_attention());
+  EXPECT_GT(t->state.at("layers.1.moe.expert_bias").abs().max().item<float>(), 0.0f);  // trained
+  TempDir work;
+  auto ref = reference(work, "logits", {"logits", "--model", t->hf.string(), "--ids", ids_arg(kTinyIds)});
+  ASSERT_FALSE(ref.is_null());
+  EXPECT_EQ(ref["config"]["architecture"], "DeepseekV3ForCausalLM") << ref["config"].dump();
+  auto c = compare(ctitan_logits_with_bias(t->state, t->args, kTinyIds), ref);
+  EXPECT_TRUE(c.ok()) << c.str();
+  std::cout << "[ tiny DeepSeek-V3 export ] " << c.str() << "\n";
+  const std::string prompt = "3,4,5,6";
+  auto greedy = reference(work, "greedy", {"greedy", "--model", t->hf.string(), "--ids", prompt, "--n", "20"});
+  ASSERT_FALSE(greedy.is_null());
+  auto ours = transformers_json_result(run_ctitan({"generate", "--checkpoint", t->hf.string(), "--prompt-ids", prompt,
+                                      "--max-new-tokens", "20", "--temperature", "0", "--json"}));
+  expect_same_greedy_ids(ours, greedy["runs"][0], "tiny DeepSeek-V3, prompt " + prompt);
+}
+
 }  // namespace
 }  // namespace ctitan

@@ -239,7 +239,7 @@ TEST(ConfigManager, OverrideErrorsNameTheKey) {
 // "did you mean" edit distances.
 TEST(ConfigManager, FuzzFindingsOneLineMessagesAndLongKeys) {
   expect_config_error("", {"--training-/paral[job]\ndump_folder"}, "unknown option --training-/paral[job]\\ndump_folder");
-  expect_config_error("[model]\nname = \"llama\\n3\"\n", {}, "model.name 'llama\\n3' is unknown (known: llama3, qwen3)");
+  expect_config_error("[model]\nname = \"llama\\n3\"\n", {}, "model.name 'llama\\n3' is unknown (known: llama3, qwen3, qwen3_moe, deepseek_v3)");
   expect_config_error("[\"train\\ring\"]\n", {}, "unknown section [train\\ring]");
   // A value that is not UTF-8 printed (to_toml) as another string than it was.
   expect_config_error("", {"--training.dataset_path", "1\x96"}, "--training.dataset_path must be UTF-8 text (got '1\\x96')");

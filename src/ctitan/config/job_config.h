@@ -48,7 +48,7 @@ struct Job {
 };
 
 struct Model {
-  std::string name = "llama3";          // model family: llama3 | qwen3 | qwen3_moe (models/model_spec.h)
+  std::string name = "llama3";          // model family: llama3 | qwen3 | qwen3_moe | deepseek_v3 (models/model_spec.h)
   std::string flavor = "debugmodel";    // the family's size (models/<family>/flavors.cpp)
   std::string tokenizer_path = "";      // tiktoken rank file (tokenizer.model), tokenizer.json, or a directory with either
   // Optional shape overrides on top of the flavor; 0 keeps the flavor's value. Tests use these

@@ -87,7 +87,7 @@ class CtitanCpuWalk {
     L_.at("start of step");
     const auto& m = job_.model;
     // RoPE tables: cos and sin, (max_seq_len, head_dim / 2) fp32, built at the first forward.
-    L_.add(kOther, 2 * std::max(m.max_seq_len, job_.seq_len) * (m.head_dim() / 2) * 4);
+    L_.add(kOther, 2 * std::max(m.max_seq_len, job_.seq_len) * (m.rope_dim() / 2) * 4);
     // The global batch, loaded before the step: inputs and labels, int64, per microbatch.
     L_.add(kOther, job_.grad_accum_steps * 2 * n_ * 8);
     int64_t shard_numel = 0;

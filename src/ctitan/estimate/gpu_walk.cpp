@@ -109,7 +109,7 @@ class TorchtitanGpuWalk {
     L_.add(kParams, bytes(4 * rank_numel_ / dp_));
     L_.add(kOptim, bytes(8 * rank_numel_ / dp_));
     // RoPE's complex table (torchtitan: 2 * max_seq_len positions, complex64).
-    L_.add(kOther, bytes(2.0 * double(std::max(job_.model.max_seq_len, job_.seq_len)) * double(job_.model.head_dim() / 2) * 8));
+    L_.add(kOther, bytes(2.0 * double(std::max(job_.model.max_seq_len, job_.seq_len)) * double(job_.model.rope_dim() / 2) * 8));
     if (job_.degrees.pp > 1) pipelined();
     else unpipelined();
   }

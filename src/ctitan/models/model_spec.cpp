@@ -7,6 +7,7 @@
 
 #include "ctitan/common/error.h"
 #include "ctitan/common/message_text.h"
+#include "ctitan/models/deepseek_v3/flavors.h"
 #include "ctitan/models/llama3/flavors.h"
 #include "ctitan/models/qwen3/flavors.h"
 #include "ctitan/models/qwen3_moe/flavors.h"
@@ -14,7 +15,7 @@
 namespace ctitan::models {
 
 const std::vector<ModelSpec>& model_specs() {
-  static const std::vector<ModelSpec> specs{llama3::spec(), qwen3::spec(), qwen3_moe::spec()};
+  static const std::vector<ModelSpec> specs{llama3::spec(), qwen3::spec(), qwen3_moe::spec(), deepseek_v3::spec()};
   return specs;
 }
 

@@ -21,6 +21,17 @@ struct HfFormat {
   std::string architecture;        // config.json "architectures"[0], e.g. "LlamaForCausalLM"
   std::string model_type;          // config.json "model_type"
   nlohmann::json config_extras;    // the family's own config.json keys, with the values ctitan supports
+  // The family's config.json keys that follow the shape (experts, latent attention): written
+  // from `args` after the common keys, and read back into args (one-line InputError naming the
+  // file and key for a bad one). Null: none.
+  std::function<void(const ModelArgs& args, nlohmann::json& config)> write_config;
+  std::function<void(const nlohmann::json& config, const std::string& source, ModelArgs& args)> read_config;
+  // Whether HF's model carries MoE's selection bias (DeepSeek-V3's e_score_correction_bias);
+  // without, an export drops a trained bias and says so.
+  bool expert_bias = false;
+  // HF's q/k rows are in rotate_half order and ours in adjacent pairs (Llama, Qwen3): export and
+  // import permute them. DeepSeek-V3's interleaved RoPE matches ours: no permutation.
+  bool permute_rope_rows = true;
 };
 
 struct ModelSpec {

@@ -31,6 +31,11 @@ void refuse_layouts_the_model_lacks(const models::ModelArgs& args, const distrib
                                   "parallelism cannot split; use an untied flavor or another layout",
                                   config.model.flavor, config.model.name));
   }
+  if (args.latent_attention() && dims.cp_enabled()) {
+    // Ring attention passes keys and values of one head width; latent attention's differ (qk vs v).
+    throw ConfigError(fmt::format("model.name {} uses latent attention, which context parallelism does not take: set "
+                                  "parallelism.context_parallel_degree to 1", config.model.name));
+  }
   const int64_t ep = config.parallelism.expert_parallel_degree;
   if (ep == 1) return;
   // ParallelDims checked that ep divides dp_shard.

@@ -34,6 +34,12 @@ void check_moe_overrides(const config::JobConfig& config, models::ModelArgs& arg
     throw ConfigError(fmt::format("model.num_experts {} does not split into the flavor's {} expert groups",
                                   args.moe.num_experts, args.moe.num_expert_groups));
   }
+  if (args.moe.num_expert_groups > 0 &&
+      args.moe.top_k > args.moe.num_limited_groups * (args.moe.num_experts / args.moe.num_expert_groups)) {
+    throw ConfigError(fmt::format("model.top_k {} is more than the {} experts of the flavor's {} best groups", args.moe.top_k,
+                                  args.moe.num_limited_groups * (args.moe.num_experts / args.moe.num_expert_groups),
+                                  args.moe.num_limited_groups));
+  }
 }
 
 }  // namespace

@@ -198,7 +198,7 @@ TEST(HfExport, BadInputsAreOneLineErrors) {
   auto other = config;
   other["model_type"] = "mistral";
   testing::write_file((dir.path() / "hf2" / "config.json").string(), other.dump());
-  EXPECT_NE(error_of([&] { import_hf(dir.path() / "hf2"); }).find("model_type \"mistral\" is not one ctitan builds (known: llama, qwen3)"),
+  EXPECT_NE(error_of([&] { import_hf(dir.path() / "hf2"); }).find("model_type \"mistral\" is not one ctitan builds (known: llama, qwen3, qwen3_moe, deepseek_v3)"),
             std::string::npos);
   testing::write_file((dir.path() / "hf2" / "config.json").string(), config.dump());
   {

@@ -8,6 +8,7 @@
 
 #include "ctitan/common/dtype_names.h"
 #include "ctitan/common/error.h"
+#include "ctitan/common/json_fields.h"
 #include "ctitan/models/common/parameter_shapes.h"
 #include "ctitan/models/model_spec.h"
 
@@ -15,56 +16,6 @@ namespace ctitan::checkpoint::hf {
 namespace {
 
 using models::ModelArgs;
-
-// nlohmann's get<> converts freely (true -> 1, 64.9 -> 64); a config that says either is wrong,
-// so the JSON type is checked first: integers for sizes, any number for eps and theta.
-template <typename T>
-T require_field(const nlohmann::json& config, const std::string& key, const std::string& source) {
-  if (!config.contains(key) || config[key].is_null()) {
-    throw InputError(fmt::format("{}: missing key '{}'", source, key));
-  }
-  const auto& v = config[key];
-  bool ok = std::is_integral_v<T> ? v.is_number_integer() : std::is_floating_point_v<T> ? v.is_number() : true;
-  if (ok) {
-    try {
-      return v.get<T>();
-    } catch (const nlohmann::json::exception&) {
-    }
-  }
-  throw InputError(fmt::format("{}: key '{}' has the wrong type ({})", source, key, v.dump()));
-}
-
-// Sizes beyond this are no model ctitan builds and would overflow the shape arithmetic (vocab x dim, 4 x dim).
-constexpr int64_t kMaxSize = int64_t(1) << 31;
-
-// A size key: an integer in [1, kMaxSize].
-int64_t require_size(const nlohmann::json& config, const std::string& key, const std::string& source) {
-  auto v = require_field<int64_t>(config, key, source);
-  if (v <= 0 || v > kMaxSize) {
-    throw InputError(fmt::format("{}: key '{}' must be a positive integer up to {} (got {})", source, key, kMaxSize,
-                                 config[key].dump()));
-  }
-  return v;
-}
-
-// rms_norm_eps, rope_theta: a finite number > 0 (eps <= 0 divides by zero on a zero row; a
-// non-positive theta makes every RoPE frequency NaN or infinite).
-double require_positive(const nlohmann::json& config, const std::string& key, const std::string& source) {
-  auto v = require_field<double>(config, key, source);
-  if (!std::isfinite(v) || v <= 0) {
-    throw InputError(fmt::format("{}: key '{}' must be a finite number > 0 (got {})", source, key, config[key].dump()));
-  }
-  return v;
-}
-
-// A key that must hold `expected` when present: a feature ctitan's models do not have.
-void require_absent_or(const nlohmann::json& config, const std::string& key, const nlohmann::json& expected,
-                       const std::string& source) {
-  if (config.contains(key) && !config[key].is_null() && config[key] != expected) {
-    throw InputError(fmt::format("{}: key '{}' is {}; ctitan supports only {}", source, key,
-                                 config[key].dump(), expected.dump()));
-  }
-}
 
 // The registry entry of config.json's model_type (absent: the default family, as older ctitan
 // exports of Llama may lack it); any other architecture is refused, not loaded as if it were one.
@@ -92,31 +43,6 @@ double rope_theta_of(const nlohmann::json& config, const std::string& source) {
   const auto& rope = config["rope_parameters"];
   require_absent_or(rope, "rope_type", "default", source + ": rope_parameters");
   return require_positive(rope, "rope_theta", source + ": rope_parameters");
-}
-
-// Qwen3-MoE's keys: every layer sparse, softmax routing (the family's base), the sizes and
-// norm_topk_prob from the file.
-void read_moe_config(const nlohmann::json& config, const std::string& source, models::MoeArgs& moe) {
-  require_absent_or(config, "decoder_sparse_step", 1, source);
-  require_absent_or(config, "mlp_only_layers", nlohmann::json::array(), source);
-  // Qwen's published configs say num_experts; transformers 5 saves num_local_experts.
-  moe.num_experts = require_size(config, config.contains("num_local_experts") && !config.contains("num_experts")
-                                             ? "num_local_experts" : "num_experts", source);
-  moe.top_k = require_size(config, "num_experts_per_tok", source);
-  moe.hidden_dim = require_size(config, "moe_intermediate_size", source);
-  if (moe.top_k > moe.num_experts) {
-    throw InputError(fmt::format("{}: key 'num_experts_per_tok' ({}) is more than num_experts ({})", source, moe.top_k,
-                                 moe.num_experts));
-  }
-  if (config.contains("norm_topk_prob") && !config["norm_topk_prob"].is_null()) {
-    if (!config["norm_topk_prob"].is_boolean()) {
-      throw InputError(fmt::format("{}: key 'norm_topk_prob' must be true or false (got {})", source,
-                                   config["norm_topk_prob"].dump()));
-    }
-    moe.route_norm = config["norm_topk_prob"].get<bool>();
-  } else {
-    moe.route_norm = false;  // transformers' default
-  }
 }
 
 }  // namespace
@@ -154,13 +80,8 @@ nlohmann::json hf_config_json(const ModelArgs& args, torch::ScalarType dtype,
       {"initializer_range", 0.02},
       {"use_cache", true},
   };
-  if (const auto& moe = args.moe; moe.num_experts > 0) {
-    j["num_experts"] = moe.num_experts;
-    j["num_experts_per_tok"] = moe.top_k;
-    j["moe_intermediate_size"] = moe.hidden_dim;
-    j["norm_topk_prob"] = moe.route_norm;
-  }
   j.update(spec.hf.config_extras);
+  if (spec.hf.write_config) spec.hf.write_config(args, j);
   if (specials) {
     j["bos_token_id"] = specials->bos;
     j["eos_token_id"] = specials->eos;
@@ -211,7 +132,7 @@ ModelArgs model_args_from_hf_config(const nlohmann::json& config, const std::str
   }
   args.ffn_dim = require_size(config, "intermediate_size", source);
   args.tie_word_embeddings = false;  // import_hf unties
-  if (args.moe.num_experts > 0) read_moe_config(config, source, args.moe);
+  if (spec.hf.read_config) spec.hf.read_config(config, source, args);
   return args;
 }
 

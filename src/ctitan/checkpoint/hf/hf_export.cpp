@@ -40,9 +40,13 @@ std::vector<std::pair<std::string, torch::Tensor>> hf_tensors(const StateDict& m
                                "feed_forward.w1.weight", "feed_forward.w3.weight", "feed_forward.w2.weight",
                                "moe.router.gate.weight", "moe.experts.w1", "moe.experts.w3", "moe.experts.w2",
                                "moe.shared_experts.w1.weight", "moe.shared_experts.w3.weight",
-                               "moe.shared_experts.w2.weight", "attention_norm.weight", "ffn_norm.weight"}) {
+                               "moe.shared_experts.w2.weight", "attention_norm.weight", "ffn_norm.weight",
+                               "attention.wq_a.weight", "attention.wq_b.weight", "attention.wkv_a.weight",
+                               "attention.kv_norm.weight", "attention.wkv_b.weight", "moe.expert_bias"}) {
       auto fqn = fmt::format("layers.{}.{}", i, suffix);
-      if (model.count(fqn)) order.push_back(fqn);  // only what the family and the layer have
+      // Only what the family and the layer have; the bias only where HF's model has one.
+      if (fqn.ends_with("moe.expert_bias") && !models::model_spec(args.family).hf.expert_bias) continue;
+      if (model.count(fqn)) order.push_back(fqn);
     }
   }
   order.push_back("norm.weight");
@@ -55,7 +59,9 @@ std::vector<std::pair<std::string, torch::Tensor>> hf_tensors(const StateDict& m
     if (is_stacked_experts(fqn)) {
       for (int64_t e = 0; e < t.size(0); ++e) out.emplace_back(expert_hf_name(fqn, e), t[e].to(dtype).contiguous());
     } else {
-      out.emplace_back(to_hf_name(fqn), t.to(dtype).contiguous());
+      // The bias stays fp32 (HF's e_score_correction_bias is kept in fp32 whatever the dtype).
+      const auto type = fqn.ends_with("moe.expert_bias") ? torch::kFloat : dtype;
+      out.emplace_back(to_hf_name(fqn, args.latent_attention()), t.to(type).contiguous());
     }
   }
   return out;
@@ -64,6 +70,7 @@ std::vector<std::pair<std::string, torch::Tensor>> hf_tensors(const StateDict& m
 // HF's Qwen3-MoE routes without a selection bias: a trained bias is dropped, and the export
 // routes some tokens to other experts than ctitan did. Said, not refused: torchtitan drops it too.
 void warn_if_bias_dropped(const StateDict& model, const ModelArgs& args) {
+  if (models::model_spec(args.family).hf.expert_bias) return;
   double largest = 0;
   for (const auto& [fqn, shape] : models::buffer_shapes(args)) largest = std::max(largest, model.at(fqn).abs().max().item<double>());
   if (largest > 0) {

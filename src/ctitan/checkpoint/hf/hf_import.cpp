@@ -97,7 +97,7 @@ HfModel import_hf(const fs::path& dir) {
         }
         continue;
       }
-      if (!result.model.emplace(from_hf_name(hf_name, file.string()), t).second) {
+      if (!result.model.emplace(from_hf_name(hf_name, file.string(), result.args.latent_attention()), t).second) {
         throw InputError(fmt::format("{}: tensor '{}' appears in more than one shard", file.string(), hf_name));
       }
     }
@@ -117,8 +117,11 @@ HfModel import_hf(const fs::path& dir) {
       throw InputError(fmt::format("HF import {}: the experts of '{}' differ in shape", dir.string(), fqn));
     }
   }
-  // HF's Qwen3-MoE has no selection bias: balancing starts from zero, as a new model's does.
-  for (const auto& [fqn, shape] : models::buffer_shapes(result.args)) result.model[fqn] = torch::zeros(shape);
+  // HF's Qwen3-MoE has no selection bias (DeepSeek-V3's is read above): balancing starts from
+  // zero, as a new model's does.
+  for (const auto& [fqn, shape] : models::buffer_shapes(result.args)) {
+    if (!result.model.count(fqn)) result.model[fqn] = torch::zeros(shape);
+  }
   // A config that ties the head to the embeddings ships no lm_head.weight.
   if (!result.model.count("output.weight") && config.contains("tie_word_embeddings") &&
       config["tie_word_embeddings"].is_boolean() && config["tie_word_embeddings"].get<bool>() &&

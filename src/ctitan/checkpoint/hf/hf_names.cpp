@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "ctitan/common/error.h"
+#include "ctitan/models/model_spec.h"
 
 namespace ctitan::checkpoint::hf {
 namespace {
@@ -31,6 +32,19 @@ constexpr std::array<std::pair<const char*, const char*>, 15> kLayerNames{{
     {"ffn_norm.weight", "post_attention_layernorm.weight"},
 }};
 
+// Latent attention's (DeepSeek-V3): checked before kLayerNames, whose attention.q_norm is Qwen3's
+// QK-norm; here it is the query latent's norm.
+constexpr std::array<std::pair<const char*, const char*>, 8> kLatentNames{{
+    {"attention.wq.weight", "self_attn.q_proj.weight"},
+    {"attention.wq_a.weight", "self_attn.q_a_proj.weight"},
+    {"attention.q_norm.weight", "self_attn.q_a_layernorm.weight"},
+    {"attention.wq_b.weight", "self_attn.q_b_proj.weight"},
+    {"attention.wkv_a.weight", "self_attn.kv_a_proj_with_mqa.weight"},
+    {"attention.kv_norm.weight", "self_attn.kv_a_layernorm.weight"},
+    {"attention.wkv_b.weight", "self_attn.kv_b_proj.weight"},
+    {"moe.expert_bias", "mlp.gate.e_score_correction_bias"},  // the selection bias (a buffer here)
+}};
+
 constexpr std::array<std::pair<const char*, const char*>, 3> kTopNames{{
     {"tok_embeddings.weight", "model.embed_tokens.weight"},
     {"norm.weight", "model.norm.weight"},
@@ -38,13 +52,19 @@ constexpr std::array<std::pair<const char*, const char*>, 3> kTopNames{{
 }};
 
 // Maps `name` from column `from` of the tables to column `to`; empty if it is not there.
-std::string translate(const std::string& name, bool to_hf) {
+std::string translate(const std::string& name, bool to_hf, bool latent) {
   for (const auto& names : kTopNames) {
     if (name == (to_hf ? names.first : names.second)) return to_hf ? names.second : names.first;
   }
   static const std::regex ours(R"(layers\.(\d+)\.(.+))"), theirs(R"(model\.layers\.(\d+)\.(.+))");
   std::smatch m;
   if (!std::regex_match(name, m, to_hf ? ours : theirs)) return "";
+  const auto row = [&](const auto& names) {
+    return fmt::format(fmt::runtime(to_hf ? "model.layers.{}.{}" : "layers.{}.{}"), m[1].str(), to_hf ? names.second : names.first);
+  };
+  for (const auto& names : kLatentNames) {
+    if (latent && m[2] == (to_hf ? names.first : names.second)) return row(names);
+  }
   for (const auto& names : kLayerNames) {
     if (m[2] == (to_hf ? names.first : names.second)) {
       return fmt::format(fmt::runtime(to_hf ? "model.layers.{}.{}" : "layers.{}.{}"), m[1].str(), to_hf ? names.second : names.first);
@@ -63,14 +83,14 @@ torch::Tensor swap_row_blocks(const torch::Tensor& w, int64_t n_heads, int64_t a
 
 }  // namespace
 
-std::string to_hf_name(const std::string& fqn) {
-  auto name = translate(fqn, /*to_hf=*/true);
+std::string to_hf_name(const std::string& fqn, bool latent_attention) {
+  auto name = translate(fqn, /*to_hf=*/true, latent_attention);
   if (name.empty()) throw InputError(fmt::format("HF export: '{}' is not a decoder parameter name", fqn));
   return name;
 }
 
-std::string from_hf_name(const std::string& hf_name, const std::string& source) {
-  auto name = translate(hf_name, /*to_hf=*/false);
+std::string from_hf_name(const std::string& hf_name, const std::string& source, bool latent_attention) {
+  auto name = translate(hf_name, /*to_hf=*/false, latent_attention);
   if (name.empty()) throw InputError(fmt::format("{}: tensor '{}' is not a parameter of the model ctitan builds", source, hf_name));
   return name;
 }
@@ -132,6 +152,7 @@ namespace {
 // The heads whose rows of `fqn` are in RoPE's pair order: wq's, wk's, or the one head a QK-norm
 // weight describes; 0 for a tensor RoPE does not read.
 int64_t rope_ordered_heads(const std::string& fqn, const models::ModelArgs& args) {
+  if (!models::model_spec(args.family).hf.permute_rope_rows) return 0;
   auto has = [&](const char* part) { return fqn.find(part) != std::string::npos; };
   if (has("attention.wq.")) return args.n_heads;
   if (has("attention.wk.")) return args.kv_heads();

@@ -13,9 +13,11 @@ namespace ctitan::checkpoint::hf {
 
 // `layers.3.attention.wq.weight` -> `model.layers.3.self_attn.q_proj.weight`, etc. Throws
 // InputError for a name that is not a decoder parameter.
-std::string to_hf_name(const std::string& fqn);
+// `latent_attention`: the model's attention is DeepSeek's (its own HF names, and the experts'
+// selection bias as mlp.gate.e_score_correction_bias).
+std::string to_hf_name(const std::string& fqn, bool latent_attention = false);
 // The exact inverse of to_hf_name. Throws InputError naming `source` for an unknown name.
-std::string from_hf_name(const std::string& hf_name, const std::string& source);
+std::string from_hf_name(const std::string& hf_name, const std::string& source, bool latent_attention = false);
 
 // HF stores each routed expert apart (`model.layers.3.mlp.experts.5.gate_proj.weight`), torchtitan
 // stacks them (`layers.3.moe.experts.w1`, expert 5 its row 5; up_proj is w3, down_proj w2).

@@ -20,6 +20,12 @@ void release_if_deferred(torch::nn::Module& module) {
   }
 }
 
+torch::nn::Linear bias_free_linear(int64_t in, int64_t out) {
+  torch::nn::Linear l(torch::nn::LinearOptions(in, out).bias(false));
+  release_if_deferred(*l);
+  return l;
+}
+
 bool is_deferred(const torch::Tensor& t) { return t.numel() > 0 && t.storage().nbytes() == 0; }
 
 DeferredModel build_deferred(const ModelArgs& args) {

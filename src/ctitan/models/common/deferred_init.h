@@ -36,6 +36,9 @@ class DeferredInitScope {
 // thread; does nothing otherwise. For models/' constructors.
 void release_if_deferred(torch::nn::Module& module);
 
+// A Linear without bias (every projection of the decoder), released under a DeferredInitScope.
+torch::nn::Linear bias_free_linear(int64_t in, int64_t out);
+
 // A parameter with elements but no storage: built deferred, its values not drawn yet. Only
 // meaningful before FSDP wraps a model: FSDP's resharded module parameters look the same.
 bool is_deferred(const torch::Tensor& t);

@@ -31,8 +31,9 @@ double flops_per_token(const ModelArgs& a, int64_t seq_len) {
   auto p = count_params(a);
   // A tied output layer still multiplies by vocab x dim weights each token: compute, as untied.
   double head = double(a.dim) * double(a.vocab_size) - double(p.output);
+  // QK^T over qk_head_dim and PV over the value width: 6 L H (qk + v) T (12 L H head_dim T when equal).
   return 6.0 * (double(p.active - p.embedding) + head) +
-         12.0 * double(a.n_layers) * double(a.n_heads) * double(a.head_dim()) * double(seq_len);
+         6.0 * double(a.n_layers) * double(a.n_heads) * double(a.qk_head_dim() + a.value_head_dim()) * double(seq_len);
 }
 
 }  // namespace ctitan::models

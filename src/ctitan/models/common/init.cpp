@@ -29,11 +29,28 @@ std::vector<InitialDraw> initial_draws(const TransformerImpl& model) {
     // Depth init: the projections that write into the residual stream shrink with depth.
     const double depth_std = 0.02 / std::sqrt(2.0 * double(block->layer_id + 1));
     const auto trunc = [](double sd) { return [sd](const torch::Tensor& w) { trunc_normal_(w, sd); }; };
-    auto& attention = *block->attention;
-    draws.push_back({prefix + "attention.wq.weight", shape(attention.wq->weight), trunc(0.02)});
-    draws.push_back({prefix + "attention.wk.weight", shape(attention.wk->weight), trunc(0.02)});
-    draws.push_back({prefix + "attention.wv.weight", shape(attention.wv->weight), trunc(0.02)});
-    draws.push_back({prefix + "attention.wo.weight", shape(attention.wo->weight), trunc(depth_std)});
+    if (block->attention) {
+      auto& attention = *block->attention;
+      draws.push_back({prefix + "attention.wq.weight", shape(attention.wq->weight), trunc(0.02)});
+      draws.push_back({prefix + "attention.wk.weight", shape(attention.wk->weight), trunc(0.02)});
+      draws.push_back({prefix + "attention.wv.weight", shape(attention.wv->weight), trunc(0.02)});
+      draws.push_back({prefix + "attention.wo.weight", shape(attention.wo->weight), trunc(depth_std)});
+    } else {
+      // Latent attention (torchtitan's deepseek_v3 init): the input projections at 0.02, the
+      // output depth-scaled, the latents' norms at 1.
+      auto& mla = *block->latent_attention;
+      if (mla.wq) {
+        draws.push_back({prefix + "attention.wq.weight", shape(mla.wq->weight), trunc(0.02)});
+      } else {
+        draws.push_back({prefix + "attention.wq_a.weight", shape(mla.wq_a->weight), trunc(0.02)});
+        draws.push_back({prefix + "attention.q_norm.weight", shape(mla.q_norm->weight), ones});
+        draws.push_back({prefix + "attention.wq_b.weight", shape(mla.wq_b->weight), trunc(0.02)});
+      }
+      draws.push_back({prefix + "attention.wkv_a.weight", shape(mla.wkv_a->weight), trunc(0.02)});
+      draws.push_back({prefix + "attention.kv_norm.weight", shape(mla.kv_norm->weight), ones});
+      draws.push_back({prefix + "attention.wkv_b.weight", shape(mla.wkv_b->weight), trunc(0.02)});
+      draws.push_back({prefix + "attention.wo.weight", shape(mla.wo->weight), trunc(depth_std)});
+    }
     // A SwiGLU's gate projection at 0.02, the other two depth-scaled: the dense feed_forward,
     // each expert, the shared experts (torchtitan's FeedForward and GroupedExperts alike).
     const auto swiglu = [&](const std::string& path, const torch::Tensor& w1, const torch::Tensor& w2,
@@ -54,9 +71,9 @@ std::vector<InitialDraw> initial_draws(const TransformerImpl& model) {
       auto& ffn = *block->feed_forward;
       swiglu("feed_forward.", ffn.w1->weight, ffn.w2->weight, ffn.w3->weight);
     }
-    if (attention.q_norm) {
-      draws.push_back({prefix + "attention.q_norm.weight", shape(attention.q_norm->weight), ones});
-      draws.push_back({prefix + "attention.k_norm.weight", shape(attention.k_norm->weight), ones});
+    if (block->attention && block->attention->q_norm) {
+      draws.push_back({prefix + "attention.q_norm.weight", shape(block->attention->q_norm->weight), ones});
+      draws.push_back({prefix + "attention.k_norm.weight", shape(block->attention->k_norm->weight), ones});
     }
     draws.push_back({prefix + "attention_norm.weight", shape(block->attention_norm->weight), ones});
     draws.push_back({prefix + "ffn_norm.weight", shape(block->ffn_norm->weight), ones});

@@ -3,8 +3,9 @@
 namespace ctitan::models {
 
 double cached_decoder_bytes(const ModelArgs& args, int64_t batch, int64_t max_len, int64_t element_size) {
-  const double per_position_kv = 2.0 * double(args.kv_heads()) * double(args.head_dim()) * double(element_size);
-  const double rope = 2.0 * double(args.head_dim() / 2) * double(sizeof(float));
+  const double per_position_kv =
+      double(args.cached_heads()) * double(args.qk_head_dim() + args.value_head_dim()) * double(element_size);
+  const double rope = 2.0 * double(args.rope_dim() / 2) * double(sizeof(float));
   return double(args.n_layers) * double(batch) * double(max_len) * per_position_kv + double(max_len) * rope;
 }
 
@@ -17,8 +18,8 @@ CachedDecoder::CachedDecoder(TransformerImpl& model, int64_t batch, int64_t max_
   rope_ = make_rope_tables(args, weight.device(), max_len);
   auto opts = weight.options().requires_grad(false);
   for (int64_t i = 0; i < args.n_layers; ++i) {
-    slots_.push_back({torch::zeros({batch, max_len, args.kv_heads(), args.head_dim()}, opts),
-                      torch::zeros({batch, max_len, args.kv_heads(), args.head_dim()}, opts), 0});
+    slots_.push_back({torch::zeros({batch, max_len, args.cached_heads(), args.qk_head_dim()}, opts),
+                      torch::zeros({batch, max_len, args.cached_heads(), args.value_head_dim()}, opts), 0});
   }
 }
 

@@ -47,12 +47,30 @@ struct ModelArgs {
   bool qk_norm = false;                         // RMSNorm over head_dim on each query and key head (Qwen3)
   bool tie_word_embeddings = false;             // the output layer reads tok_embeddings' weight
   MoeArgs moe;                                  // experts in place of the dense feed_forward
+  // Multi-head latent attention (DeepSeek-V2/V3), on when kv_lora_rank > 0: keys and values
+  // through a shared low-rank latent, queries directly (q_lora_rank 0) or through one too; each
+  // head's query and key are a part without position (qk_nope_head_dim) and a rotated part
+  // (qk_rope_head_dim, the key's shared by all heads).
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 128;
+  int64_t qk_rope_head_dim = 64;
+  int64_t v_head_dim = 128;
 
   // Whether layer `layer_id` holds a `moe` in place of `feed_forward`.
   bool is_moe_layer(int64_t layer_id) const { return moe.num_experts > 0 && layer_id >= moe.n_dense_layers; }
 
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : dim / n_heads; }
+  bool latent_attention() const { return kv_lora_rank > 0; }
+  // The width RoPE rotates per head: head_dim, or latent attention's qk_rope_head_dim.
+  int64_t rope_dim() const { return latent_attention() ? qk_rope_head_dim : head_dim(); }
+  // Per head, the widths of a query/key and of a value (what attention multiplies, and a KV cache holds).
+  int64_t qk_head_dim() const { return latent_attention() ? qk_nope_head_dim + qk_rope_head_dim : head_dim(); }
+  int64_t value_head_dim() const { return latent_attention() ? v_head_dim : head_dim(); }
+  // Heads a KV cache keeps: the kv heads, or every head under latent attention (which caches
+  // each head's expanded key and value).
+  int64_t cached_heads() const { return latent_attention() ? n_heads : kv_heads(); }
   int64_t ffn_hidden_dim() const;
 };
 

@@ -11,7 +11,11 @@ std::vector<std::string> PipelineLayout::modules(int64_t n_layers) const {
 
 ParallelizePlan decoder_plan(const ModelArgs& args) {
   ParallelizePlan plan;
-  plan.tp.sublayers = {{"attention", {"wq", "wk", "wv"}, "wo"}, {"feed_forward", {"w1", "w3"}, "w2"}};
+  // Latent attention has no tensor-parallel plan here (its shared latent would need its own
+  // placement): an empty plan, which TP refuses naming the family.
+  if (!args.latent_attention()) {
+    plan.tp.sublayers = {{"attention", {"wq", "wk", "wv"}, "wo"}, {"feed_forward", {"w1", "w3"}, "w2"}};
+  }
   plan.tp.replicated = {"attention_norm.weight", "ffn_norm.weight"};
   if (args.qk_norm) plan.tp.replicated.insert(plan.tp.replicated.end(), {"attention.q_norm.weight", "attention.k_norm.weight"});
   if (args.moe.num_experts > 0) {

@@ -13,10 +13,25 @@ std::map<std::string, std::vector<int64_t>> parameter_shapes(const ModelArgs& ar
   if (!args.tie_word_embeddings) shapes["output.weight"] = {args.vocab_size, d};
   for (int64_t i = 0; i < args.n_layers; ++i) {
     auto p = fmt::format("layers.{}.", i);
-    shapes[p + "attention.wq.weight"] = {args.n_heads * hd, d};
-    shapes[p + "attention.wk.weight"] = {args.kv_heads() * hd, d};
-    shapes[p + "attention.wv.weight"] = {args.kv_heads() * hd, d};
-    shapes[p + "attention.wo.weight"] = {d, args.n_heads * hd};
+    if (args.latent_attention()) {
+      const int64_t heads = args.n_heads, qk = args.qk_head_dim(), kv = args.kv_lora_rank;
+      if (args.q_lora_rank == 0) {
+        shapes[p + "attention.wq.weight"] = {heads * qk, d};
+      } else {
+        shapes[p + "attention.wq_a.weight"] = {args.q_lora_rank, d};
+        shapes[p + "attention.q_norm.weight"] = {args.q_lora_rank};
+        shapes[p + "attention.wq_b.weight"] = {heads * qk, args.q_lora_rank};
+      }
+      shapes[p + "attention.wkv_a.weight"] = {kv + args.qk_rope_head_dim, d};
+      shapes[p + "attention.kv_norm.weight"] = {kv};
+      shapes[p + "attention.wkv_b.weight"] = {heads * (args.qk_nope_head_dim + args.v_head_dim), kv};
+      shapes[p + "attention.wo.weight"] = {d, heads * args.v_head_dim};
+    } else {
+      shapes[p + "attention.wq.weight"] = {args.n_heads * hd, d};
+      shapes[p + "attention.wk.weight"] = {args.kv_heads() * hd, d};
+      shapes[p + "attention.wv.weight"] = {args.kv_heads() * hd, d};
+      shapes[p + "attention.wo.weight"] = {d, args.n_heads * hd};
+    }
     if (args.qk_norm) {
       shapes[p + "attention.q_norm.weight"] = {hd};
       shapes[p + "attention.k_norm.weight"] = {hd};

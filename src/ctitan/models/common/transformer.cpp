@@ -10,11 +10,7 @@ namespace ctitan::models {
 namespace {
 
 // Under a DeferredInitScope each module's weights go as soon as it is built (deferred_init.h).
-torch::nn::Linear linear(int64_t in, int64_t out) {
-  torch::nn::Linear l(torch::nn::LinearOptions(in, out).bias(false));
-  release_if_deferred(*l);
-  return l;
-}
+const auto linear = bias_free_linear;
 
 // linear(x), through the model's hooks when it has them.
 torch::Tensor project(const ModuleHooks* hooks, torch::nn::Linear& linear, const torch::Tensor& x) {
@@ -45,9 +41,9 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
 RopeTables make_rope_tables(const ModelArgs& args, torch::Device device, int64_t positions) {
   if (positions < 0) positions = args.max_seq_len;
   auto opts = torch::TensorOptions().dtype(torch::kFloat).device(device);
-  int64_t half = args.head_dim() / 2;
-  // (half,): theta^(-2i/head_dim)
-  auto inv_freq = 1.0 / torch::pow(args.rope_theta, torch::arange(0, half, opts) * 2.0 / args.head_dim());
+  const int64_t rotated = args.rope_dim(), half = rotated / 2;
+  // (half,): theta^(-2i/rotated), rotated = head_dim (or latent attention's rope part)
+  auto inv_freq = 1.0 / torch::pow(args.rope_theta, torch::arange(0, half, opts) * 2.0 / double(rotated));
   // (positions, half): angle of position t for frequency i
   auto angles = torch::outer(torch::arange(positions, opts), inv_freq);
   return {angles.cos(), angles.sin()};
@@ -114,7 +110,11 @@ torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
 }
 
 TransformerBlockImpl::TransformerBlockImpl(int64_t id, const ModelArgs& args) : layer_id(id) {
-  attention = register_module("attention", Attention(args));
+  if (args.latent_attention()) {
+    latent_attention = register_module("attention", LatentAttention(args));
+  } else {
+    attention = register_module("attention", Attention(args));
+  }
   if (args.is_moe_layer(id)) {
     moe = register_module("moe", MoE(args));
   } else {
@@ -125,8 +125,12 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t id, const ModelArgs& args) : 
 }
 
 torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope, KVCacheSlot* cache) {
-  auto attend = [&](const torch::Tensor& in) { return attention(in, rope, cache); };
-  auto h = x + (hooks ? hooks->call(*attention, attention_norm(x), attend) : attend(attention_norm(x)));
+  auto attend = [&](const torch::Tensor& in) {
+    return attention ? attention(in, rope, cache) : latent_attention(in, rope, cache);
+  };
+  const torch::nn::Module& attention_module =
+      attention ? static_cast<torch::nn::Module&>(*attention) : *latent_attention;
+  auto h = x + (hooks ? hooks->call(attention_module, attention_norm(x), attend) : attend(attention_norm(x)));
   auto ffn = [&](const torch::Tensor& in) { return moe ? moe(in) : feed_forward(in); };
   const torch::nn::Module& ffn_module = moe ? static_cast<torch::nn::Module&>(*moe) : *feed_forward;
   return h + (hooks ? hooks->call(ffn_module, ffn_norm(h), ffn) : ffn(ffn_norm(h)));
@@ -140,7 +144,7 @@ TransformerImpl::TransformerImpl(const ModelArgs& args) : args_(args) {
     auto block = TransformerBlock(i, args);
     layers->update({{std::to_string(i), block.ptr()}});
     block->hooks = &hooks;
-    block->attention->hooks = &hooks;
+    if (block->attention) block->attention->hooks = &hooks;
     if (block->feed_forward) block->feed_forward->hooks = &hooks;
     if (block->moe) block->moe->hooks = &hooks;
   }

@@ -8,6 +8,7 @@
 
 #include "ctitan/models/common/model_args.h"
 #include "ctitan/models/common/module_hooks.h"
+#include "ctitan/models/common/latent_attention.h"
 #include "ctitan/models/common/moe.h"
 
 namespace ctitan::models {
@@ -78,7 +79,8 @@ class TransformerBlockImpl : public torch::nn::Module {
   // The model's hooks, through which the block calls attention and feed_forward (tensor
   // parallelism gathers and scatters their inputs and outputs there); null: plain calls.
   const ModuleHooks* hooks = nullptr;
-  Attention attention{nullptr};
+  Attention attention{nullptr};                // null under latent attention
+  LatentAttention latent_attention{nullptr};   // args.latent_attention(): registered as "attention"
   FeedForward feed_forward{nullptr};  // a dense layer's; null in a MoE layer
   MoE moe{nullptr};                   // a MoE layer's (args.is_moe_layer); null in a dense one
   RMSNorm attention_norm{nullptr}, ffn_norm{nullptr};

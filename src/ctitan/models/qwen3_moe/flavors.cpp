@@ -1,5 +1,7 @@
 #include "ctitan/models/qwen3_moe/flavors.h"
 
+#include "ctitan/models/qwen3_moe/hf_adapter.h"
+
 namespace ctitan::models::qwen3_moe {
 namespace {
 
@@ -56,7 +58,8 @@ ModelSpec spec() {
   s.hf = {"Qwen3MoeForCausalLM", "qwen3_moe",
           {{"use_sliding_window", false}, {"sliding_window", nullptr}, {"max_window_layers", 28},
            {"decoder_sparse_step", 1}, {"mlp_only_layers", nlohmann::json::array()},
-           {"output_router_logits", false}, {"router_aux_loss_coef", 0.001}}};
+           {"output_router_logits", false}, {"router_aux_loss_coef", 0.001}},
+          write_hf_config, read_hf_config};
   return s;
 }
 
