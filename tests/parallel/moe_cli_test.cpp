@@ -2,7 +2,10 @@
 // (tests/support/parity.h argues the fp32 bounds): DDP(2), FSDP(2), FSDP(2) x TP(2), PP(2), CP(2),
 // FSDP(2) with gradient accumulation and full activation checkpointing, and expert parallelism:
 // EP(2), EP(2) x FSDP(2), EP(2) x TP(2), EP(2) x PP(2) with accumulation; the selection bias
-// moving and logged; checkpoints resumed by one process and across EP degrees. Load balancing is on in all of
+// moving and logged; checkpoints resumed by one process and across EP degrees. DeepSeek-V3 (latent
+// attention, dense and MoE layers, shared expert, grouped routing): FSDP(2), EP(2) x FSDP(2),
+// DDP(2) x PP(2) with accumulation and AC, an EP checkpoint resumed by one process, and the
+// layouts latent attention refuses. Load balancing is on in all of
 // them, so each layout must also count every token once and sum the counts over the right ranks:
 // a count summed over too few ranks (or twice under recomputation) moves a bias the other way,
 // routes tokens elsewhere and moves the loss far beyond 1e-4.
@@ -124,12 +127,13 @@ TEST(CliMoe, EpTwoByPpTwoWithAccumulationMatchesOneProcess) {
 // Steps 1-4 in `first_layout` on `first_nproc` ranks (checkpoint at 4), steps 5-8 resumed in
 // `second_layout`: the losses of both parts match the uninterrupted one-process run (parity.h's
 // bound). The bias is saved whole: without it the resumed routing would part from the reference.
-void expect_resume_matches(int first_nproc, const std::vector<std::string>& first_layout, int second_nproc,
-                           const std::vector<std::string>& second_layout) {
+void expect_resume_matches_for(const std::vector<std::string>& reference, int first_nproc,
+                               const std::vector<std::string>& first_layout, int second_nproc,
+                               const std::vector<std::string>& second_layout) {
   testing::TempDir dir;
   const std::vector<std::string> common = {"--training.steps", "8", "--metrics.log_freq", "1", "--checkpoint.enable",
                                            "--checkpoint.interval", "4", "--checkpoint.last_save_model_only", "false"};
-  auto one = testing::run_tiny_job(1, concat(common, kBatch4));
+  auto one = testing::run_tiny_job(1, concat(common, reference));
   const auto head = [](int nproc) {
     return nproc == 1 ? std::vector<std::string>{"train"}
                       : std::vector<std::string>{"run", "--nproc-per-node", std::to_string(nproc), "--master-port", "0", "train"};
@@ -160,6 +164,11 @@ void expect_resume_matches(int first_nproc, const std::vector<std::string>& firs
   EXPECT_EQ(compared, 8);
 }
 
+void expect_resume_matches(int first_nproc, const std::vector<std::string>& first_layout, int second_nproc,
+                           const std::vector<std::string>& second_layout) {
+  expect_resume_matches_for(kBatch4, first_nproc, first_layout, second_nproc, second_layout);
+}
+
 TEST(CliMoe, FsdpCheckpointResumesInOneProcess) {
   expect_resume_matches(2, concat(degrees(1, 2), kBatch2), 1, kBatch4);
 }
@@ -183,6 +192,57 @@ TEST(CliMoe, ExpertsNotDivisibleByTheEpDegreeAreRefusedNamingTheKeys) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("model.num_experts 3 is not divisible by parallelism.expert_parallel_degree 2"),
             std::string::npos) << r.output;
+}
+
+// ---- DeepSeek-V3: latent attention, a dense first layer, a shared expert, grouped sigmoid routing ----
+
+// The tiny job as DeepSeek-V3's debug model: layer 0 dense (hidden 128), layer 1 MoE (8 experts
+// of 32 in 4 groups, the best 2, top 2, one shared expert, bias on); latent rank 64.
+const std::vector<std::string> kDeepseek = {"--model.name", "deepseek_v3", "--model.flavor", "debugmodel",
+                                            "--model.moe_hidden_dim", "32", "--model.hidden_dim", "128"};
+const std::vector<std::string> kDeepseek4 = concat(kDeepseek, {"--training.local_batch_size", "4"});
+
+TEST(CliMoe, DeepseekFsdpTwoMatchesOneProcess) {
+  expect_parity("DeepSeek-V3 FSDP(2)", 2, concat(degrees(1, 2), concat(kDeepseek, {"--training.local_batch_size", "2"})),
+                kDeepseek4);
+}
+
+TEST(CliMoe, DeepseekEpTwoByFsdpTwoMatchesOneProcess) {
+  expect_parity("DeepSeek-V3 EP(2)xFSDP(2)", 4,
+                concat(concat(degrees(1, 4), ep(2)), concat(kDeepseek, {"--training.local_batch_size", "1"})), kDeepseek4);
+}
+
+// The dense layer on one stage, the MoE layer on the other; 2 microbatches per rank and step,
+// full activation checkpointing (latent attention recomputed in backward).
+TEST(CliMoe, DeepseekPpTwoWithAccumulationAndCheckpointingMatchesOneProcess) {
+  expect_parity("DeepSeek-V3 DDP(2)xPP(2), 2 microbatches, AC full", 4,
+                concat(degrees(2, 1), concat(kDeepseek, {"--training.local_batch_size", "1", "--training.global_batch_size",
+                                                         "4", "--parallelism.pipeline_parallel_degree", "2",
+                                                         "--parallelism.pipeline_parallel_schedule", "GPipe",
+                                                         "--activation_checkpoint.mode", "full"})),
+                kDeepseek4);
+}
+
+// Latent attention has no TP plan and does not take ring attention: each is one line naming the key.
+TEST(CliMoe, DeepseekRefusesTensorAndContextParallelismNamingTheKey) {
+  for (const auto& [layout, needle] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {degrees(1, 1, 2), "has no tensor-parallel plan: set parallelism.tensor_parallel_degree to 1"},
+           {concat(degrees(1, 1), {"--parallelism.context_parallel_degree", "2"}),
+            "set parallelism.context_parallel_degree to 1"}}) {
+    testing::TempDir dir;
+    auto r = testing::run_ctitan(concat(concat({"run", "--nproc-per-node", "2", "--master-port", "0", "train"},
+                                               testing::tiny_job_args(dir.path())),
+                                        concat(layout, kDeepseek4)),
+                                 120);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+  }
+}
+
+TEST(CliMoe, DeepseekEpCheckpointResumesInOneProcess) {
+  expect_resume_matches_for(kDeepseek4, 4, concat(concat(degrees(1, 4), ep(2)), concat(kDeepseek, {"--training.local_batch_size", "1"})),
+                            1, kDeepseek4);
 }
 
 }  // namespace

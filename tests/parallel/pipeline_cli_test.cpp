@@ -67,6 +67,15 @@ TEST(CliPipelineParallel, PpTwoByFsdpTwoGPipeWithAccumulationMatchesOneBigBatch)
                 {"--training.local_batch_size", "8"});
 }
 
+// [pp, dp_replicate] under full AC: stage 0 has no output layer, so its first gradient fires
+// inside the last block's recomputation; DDP's end-of-backward reduction must still wait for
+// the whole stage (it ran after that block alone: 2-5% off, found with the MoE tests).
+TEST(CliPipelineParallel, PpTwoByDdpTwoWithFullAcMatchesOneProcess) {
+  expect_parity("PP(2)xDDP(2) 1F1B, AC full", 4,
+                concat(concat(pp2("1F1B"), testing::degrees(2, 1)),
+                       {"--training.local_batch_size", "2", "--activation_checkpoint.mode", "full"}));
+}
+
 // [pp, dp_replicate]: DDP all-reduces each stage's gradients over its replica pair once per step,
 // after the stage's last backward; HSDP [pp, dp_replicate, dp_shard] on 8 ranks is the same path as
 // PP x FSDP with a replica group added (tested without PP in CliTensorParallel/CliFsdp).

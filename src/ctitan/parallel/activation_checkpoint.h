@@ -10,6 +10,7 @@
 // backward as without checkpointing, and the recomputation runs on those gathered parameters
 // (FSDP's pre-backward gather happens before the checkpoint's backward, which then recomputes;
 // the parameters stay gathered until the block's gradients are reduced). No extra gather.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,5 +36,13 @@ int apply_activation_checkpointing(models::TransformerImpl& model, const std::ve
 // ends, too early. A transformer block, as apply_activation_checkpointing wraps, is safe.
 // RNG state is not replayed (the decoder has no dropout).
 torch::Tensor checkpointed(const torch::Tensor& input, const models::ModuleHooks::Forward& forward);
+
+// Runs `callback` when the backward pass in progress ends, as the autograd engine's
+// queue_callback, except inside a checkpoint's recomputation: its nested backward is a pass of
+// its own, which ends after the block, so the callback waits for the backward that runs the
+// checkpoint. DDP's end-of-backward reduction queues through here: on a pipeline stage without
+// the output layer the first gradient that fires is inside the last block's recomputation, and
+// the engine's callback would have reduced the gradients before the other blocks had theirs.
+void queue_end_of_backward(std::function<void()> callback);
 
 }  // namespace ctitan::parallel

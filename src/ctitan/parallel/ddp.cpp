@@ -1,5 +1,7 @@
 #include "ctitan/parallel/ddp.h"
 
+#include "ctitan/parallel/activation_checkpoint.h"
+
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -68,7 +70,7 @@ void DistributedDataParallel::mark_ready(size_t index) {
   if (!sync_) return;
   if (!callback_queued_) {
     callback_queued_ = true;
-    torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
+    queue_end_of_backward([this] { finish_backward(); });  // after a recomputation's nested backward too
   }
   buckets_[bucket_of_[index]].ready += 1;
   launch_ready_buckets();
