@@ -7,15 +7,19 @@ namespace {
 
 torch::Tensor per_group(const torch::Tensor& x, const torch::Tensor& w, const std::vector<int64_t>& counts) {
   std::vector<torch::Tensor> outs;
-  int64_t start = 0;
+  // One unbind and one split, not w[e] and x.narrow per expert: each select's or slice's
+  // backward writes a zero gradient of the whole tensor and adds it up, E times per matmul
+  // (measured: a third of the MoE step on the CPU); unbind's and split's backwards write each
+  // gradient once (zeros for experts without tokens).
+  const auto experts = w.unbind(0);
+  const auto rows = x.split_with_sizes(counts);
   for (size_t e = 0; e < counts.size(); ++e) {
     if (counts[e] == 0) continue;  // an expert without tokens: no matmul, a zero gradient slice
-    outs.push_back(torch::matmul(x.narrow(0, start, counts[e]), w[int64_t(e)].t()));  // (n_e, out)
-    start += counts[e];
+    outs.push_back(torch::matmul(rows[e], experts[e].t()));  // (n_e, out)
   }
   // No rows at all (expert parallelism can send a rank none): an empty product that still
   // depends on x and w, so that autograd reaches them with (zero) gradients.
-  if (outs.empty()) return torch::matmul(x, w[0].t());
+  if (outs.empty()) return torch::matmul(x, experts[0].t());
   return outs.size() == 1 ? outs.front() : torch::cat(outs);
 }
 
