@@ -98,6 +98,7 @@ bench: build-bench
 	$$(scripts/setup_venv.sh)/bin/python bench/tp_memory.py --ctitan $(BUILD_DIR)/bin/ctitan
 	$$(scripts/setup_venv.sh)/bin/python bench/pp_scaling.py --ctitan $(BUILD_DIR)/bin/ctitan
 	$$(scripts/setup_venv.sh)/bin/python bench/cp_scaling.py --ctitan $(BUILD_DIR)/bin/ctitan
+	$$(scripts/setup_venv.sh)/bin/python bench/moe.py --ctitan $(BUILD_DIR)/bin/ctitan --python $$(scripts/setup_venv.sh)/bin/python
 	$$(scripts/setup_venv.sh)/bin/python bench/rpc.py --ctitan $(BUILD_DIR)/bin/ctitan
 	$$(scripts/setup_venv.sh)/bin/python bench/data_prepare.py --ctitan $(BUILD_DIR)/bin/ctitan --tokenizer $(BUILD_DIR)/assets/fortunes_2k.model
 	python3 bench/chaos.py --ctitan $(BUILD_DIR)/bin/ctitan

@@ -152,12 +152,10 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, CollectivesByDtype,
                                            torch::kInt),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
-// FSDP's use: a flat buffer of m elements (not a multiple of N) padded, reduce-scattered, then
-// all-gathered back: the first m elements must equal the all_reduce and the padding stays zero.
 // Uneven all-to-all over rows (expert parallelism's dispatch): rank r sends splits[r][j] rows to
-// rank j, each row filled with 1000 r + 10 j + its index in the block (rounded to bf16 where it is
-// bf16: the move is bit for bit), sync and async; one case where rank 2 receives no row and one where rank 0
-// sends none.
+// rank j, each row filled with 1000 r + 10 j + its index in the block (rounded to bf16 where it
+// is bf16: the move is bit for bit), sync and async; one case where rank 2 receives no row and
+// one where rank 0 sends none.
 TEST(Collectives, AllToAllSingleMovesUnevenRowBlocks) {
   for (const auto& splits : std::vector<std::vector<std::vector<int64_t>>>{
            {{0, 2, 1}, {1, 0, 2}, {2, 1, 3}}, {{1, 3, 0}, {2, 1, 0}, {1, 1, 0}}, {{0, 0, 0}, {2, 1, 1}, {1, 0, 2}}}) {
@@ -185,6 +183,8 @@ TEST(Collectives, AllToAllSingleMovesUnevenRowBlocks) {
   }
 }
 
+// FSDP's use: a flat buffer of m elements (not a multiple of N) padded, reduce-scattered, then
+// all-gathered back: the first m elements must equal the all_reduce and the padding stays zero.
 TEST(Collectives, PaddedReduceScatterThenAllGatherRoundTrips) {
   for (int N : {2, 3, 4}) {
     auto failures = on_world(N, [&](Communicator& comm, Failures& f) {

@@ -44,8 +44,8 @@ TEST(ModelSpec, RegistryListsTheFamiliesAndNamesWhatIsUnknown) {
 
 // Each family's TP plan names modules its model has: every sublayer the block has (a MoE layer
 // has no feed_forward) with each projection a Linear of it; and together the plan covers every
-// weight of a block, dense or MoE, so none is left unsharded and unsummed by mistake. A family
-// with latent attention has no plan (TP refuses it).
+// weight of a block, dense or MoE, standard or latent attention, so none is left unsharded and
+// unsummed by mistake.
 TEST(ModelSpec, EveryFamilysTpPlanCoversItsBlocks) {
   for (const auto& spec : model_specs()) {
     for (const auto& [flavor, args] : spec.flavors) {
@@ -55,10 +55,6 @@ TEST(ModelSpec, EveryFamilysTpPlanCoversItsBlocks) {
       small.vocab_size = 256;
       Transformer model(small);
       const auto plan = spec.parallelize_plan(small).tp;
-      if (small.latent_attention()) {
-        EXPECT_TRUE(plan.sublayers.empty()) << spec.name;
-        continue;
-      }
       for (auto* block : model->blocks()) {
       auto params = block->named_parameters();
       const auto children = block->named_children();

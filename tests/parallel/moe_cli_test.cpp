@@ -4,15 +4,17 @@
 // EP(2), EP(2) x FSDP(2), EP(2) x TP(2), EP(2) x PP(2) with accumulation; the selection bias
 // moving and logged; checkpoints resumed by one process and across EP degrees. DeepSeek-V3 (latent
 // attention, dense and MoE layers, shared expert, grouped routing): FSDP(2), EP(2) x FSDP(2),
-// DDP(2) x PP(2) with accumulation and AC, an EP checkpoint resumed by one process, and the
-// layouts latent attention refuses. Load balancing is on in all of
-// them, so each layout must also count every token once and sum the counts over the right ranks:
-// a count summed over too few ranks (or twice under recomputation) moves a bias the other way,
-// routes tokens elsewhere and moves the loss far beyond 1e-4.
+// EP(2) x TP(2), EP(2) x PP(2), DDP(2) x PP(2) with accumulation and AC, an EP checkpoint resumed
+// by one process, and the layouts latent attention refuses (CP, async TP). Load balancing is on
+// in all of them; the bias moves by sign(mean - load), which a count scaled alike on every expert (twice
+// under recomputation, summed over tp ranks that route the same tokens) would not change, so
+// CountsEveryTokenOnceInEveryLayout checks the counts' absolute sum.
 //
 // Routing is discrete, so parity also needs no near-tie between two experts' scores that the
 // layouts' ~1e-7 rounding differences could flip; the runs print their deviation, and a flip
 // would show as a jump of the loss, not a drift.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -181,6 +183,33 @@ TEST(CliMoe, EpCheckpointReshardsToOneProcessAndToEpFour) {
   expect_resume_matches(4, ep2_fsdp2, 4, concat(concat(degrees(1, 4), ep(4)), concat(kMoe, {"--training.local_batch_size", "1"})));
 }
 
+// Each step's routed choices, summed over the ranks, are the global batch's tokens x top_k
+// (4 x 32 x 2) in every layout: accumulation with full and op-selective AC (a recomputation
+// counts nothing), TP (each tp rank routes its share), CP (each cp rank its chunks), EP x PP.
+TEST(CliMoe, CountsEveryTokenOnceInEveryLayout) {
+  const std::vector<std::string> two = {"--training.steps", "2", "--metrics.log_freq", "1"};
+  const std::vector<std::string> mb1 = concat(kMoe, {"--training.local_batch_size", "1", "--training.global_batch_size", "4"});
+  for (const auto& [nproc, layout] : std::vector<std::pair<int, std::vector<std::string>>>{
+           {2, concat(degrees(1, 2), concat(mb1, {"--activation_checkpoint.mode", "full"}))},
+           {2, concat(degrees(1, 2), concat(mb1, {"--activation_checkpoint.mode", "selective",
+                                                  "--activation_checkpoint.selective_ac_option", "op"}))},
+           {4, concat(degrees(1, 2, 2), kBatch2)},
+           {2, concat(concat(degrees(1, 1), kBatch4), {"--parallelism.context_parallel_degree", "2"})},
+           {4, concat(concat(degrees(1, 2), ep(2)), concat(mb1, {"--parallelism.pipeline_parallel_degree", "2",
+                                                                 "--parallelism.pipeline_parallel_schedule", "GPipe"}))}}) {
+    auto rows = testing::run_tiny_job(nproc, concat(two, layout));
+    int checked = 0;
+    for (const auto& r : rows) {
+      for (const char* layer : {"moe/layer_0/routed", "moe/layer_1/routed"}) {
+        if (!r.contains(layer)) continue;
+        EXPECT_EQ(r[layer].get<double>(), 4.0 * 32 * 2) << layer << " in " << fmt::format("{}", fmt::join(layout, " "));
+        ++checked;
+      }
+    }
+    EXPECT_GE(checked, 2) << fmt::format("{}", fmt::join(layout, " "));  // rank 0's stage's layers, each step
+  }
+}
+
 // One line naming both keys, on every rank's behalf, before anything is built.
 TEST(CliMoe, ExpertsNotDivisibleByTheEpDegreeAreRefusedNamingTheKeys) {
   testing::TempDir dir;
@@ -223,11 +252,27 @@ TEST(CliMoe, DeepseekPpTwoWithAccumulationAndCheckpointingMatchesOneProcess) {
                 kDeepseek4);
 }
 
-// Latent attention has no TP plan and does not take ring attention: each is one line naming the key.
-TEST(CliMoe, DeepseekRefusesTensorAndContextParallelismNamingTheKey) {
+// Heads split over tp: wq and wkv_b column-wise, wo row-wise, the latents whole on each rank.
+TEST(CliMoe, DeepseekEpTwoByTpTwoMatchesOneProcess) {
+  expect_parity("DeepSeek-V3 EP(2)xTP(2)", 4,
+                concat(concat(degrees(1, 2, 2), ep(2)), concat(kDeepseek, {"--training.local_batch_size", "2"})),
+                kDeepseek4);
+}
+
+TEST(CliMoe, DeepseekEpTwoByPpTwoMatchesOneProcess) {
+  expect_parity("DeepSeek-V3 EP(2)xPP(2)", 4,
+                concat(concat(degrees(1, 2), ep(2)),
+                       concat(kDeepseek, {"--training.local_batch_size", "2", "--parallelism.pipeline_parallel_degree",
+                                          "2", "--parallelism.pipeline_parallel_schedule", "1F1B"})),
+                kDeepseek4);
+}
+
+// Latent attention takes neither ring attention nor async TP's fused projections: one line each.
+TEST(CliMoe, DeepseekRefusesContextParallelismAndAsyncTpNamingTheKey) {
   for (const auto& [layout, needle] :
        std::vector<std::pair<std::vector<std::string>, std::string>>{
-           {degrees(1, 1, 2), "has no tensor-parallel plan: set parallelism.tensor_parallel_degree to 1"},
+           {concat(degrees(1, 1, 2), {"--parallelism.enable_async_tensor_parallel", "true"}),
+            "parallelism.enable_async_tensor_parallel: model.name deepseek_v3 uses latent attention"},
            {concat(degrees(1, 1), {"--parallelism.context_parallel_degree", "2"}),
             "set parallelism.context_parallel_degree to 1"}}) {
     testing::TempDir dir;

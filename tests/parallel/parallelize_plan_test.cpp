@@ -139,11 +139,14 @@ std::map<std::string, std::pair<const void*, size_t>> storages(const models::Tra
   return out;
 }
 
-TEST(ParallelizePlan, FsdpRefusesAPlanThatMissesAParameterBeforeSharding) {
+TEST(ParallelizePlan, FsdpRefusesAPlanThatMissesAParameterOrNestsAUnitBeforeSharding) {
   const auto args = tiny_args();
   auto missing = models::decoder_plan(args);
   missing.fsdp_units.erase(missing.fsdp_units.begin() + 2);  // layers.1
-  for (const auto& [plan, needle] : {std::pair{missing, "layers.1.attention.wq.weight is in no unit"}}) {
+  auto nested = models::decoder_plan(args);
+  nested.fsdp_units.insert(nested.fsdp_units.begin() + 2, {{"layers.0.attention"}});  // inside layers.0's unit
+  for (const auto& [plan, needle] : {std::pair{missing, "layers.1.attention.wq.weight is in no unit"},
+                                     std::pair{nested, "unit layers.0.attention is nested in layers.0"}}) {
     models::Transformer model(args);
     const auto before = storages(model);
     try {

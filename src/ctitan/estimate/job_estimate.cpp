@@ -96,8 +96,8 @@ double collective_bandwidth(const HardwareProfile& hw, int64_t span) {
 
 }  // namespace
 
-bool cpu_walk_follows(const config::JobConfig& config) {
-  return config.parallelism.tensor_parallel_degree == 1 && config.parallelism.pipeline_parallel_degree == 1 &&
+bool cpu_walk_follows(const config::JobConfig& config, const models::ModelArgs& model) {
+  return model.moe.num_experts == 0 && !model.latent_attention() && config.parallelism.tensor_parallel_degree == 1 && config.parallelism.pipeline_parallel_degree == 1 &&
          config.parallelism.context_parallel_degree == 1 &&
          config.activation_checkpoint.mode == config::ActivationCheckpointMode::kNone;
 }

@@ -59,8 +59,10 @@ JobShape job_shape_from_config(const config::JobConfig& config, const models::Mo
                                int64_t world_size);
 
 // Whether the CPU walk follows `config`'s step tensor by tensor (within 2% of the measured peak):
-// ctitan's step without TP, PP or activation checkpointing. Otherwise it would overestimate.
-bool cpu_walk_follows(const config::JobConfig& config);
+// ctitan's step of a dense model with standard attention, without TP, PP or activation
+// checkpointing. Otherwise it would overestimate (or, for experts and latent attention, which
+// it does not model, miss what they hold).
+bool cpu_walk_follows(const config::JobConfig& config, const models::ModelArgs& model);
 
 // Throws InputError naming the flag or key when degrees do not divide the model or the batch,
 // or when a CPU profile is asked for what ctitan cannot run (TP, PP, AC, float8, compile).

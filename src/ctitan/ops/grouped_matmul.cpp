@@ -34,9 +34,13 @@ torch::Tensor grouped_matmul_fused(const torch::Tensor& x, const torch::Tensor& 
 }
 
 torch::Tensor grouped_matmul(const torch::Tensor& x, const torch::Tensor& w, const std::vector<int64_t>& counts) {
-  TORCH_CHECK(x.dim() == 2 && w.dim() == 3 && w.size(0) == int64_t(counts.size()) && w.size(2) == x.size(1),
-              "grouped_matmul: x (N, in) and w (E, out, in) with E counts");
-  if (x.is_cuda() && fused_enabled("grouped_mm")) return grouped_matmul_fused(x, w, counts);
+  int64_t rows = 0;
+  for (auto c : counts) rows += c;
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 3 && w.size(0) == int64_t(counts.size()) && w.size(2) == x.size(1) &&
+                  rows == x.size(0),
+              "grouped_matmul: x (N, in) and w (E, out, in) with E counts summing to N");
+  // No rows (an expert-parallel rank sent none): the per-group path, whose empty product is sure.
+  if (x.is_cuda() && x.size(0) > 0 && fused_enabled("grouped_mm")) return grouped_matmul_fused(x, w, counts);
   return per_group(x, w, counts);
 }
 

@@ -2,12 +2,12 @@
 
 #include <ATen/autocast_mode.h>
 #include <fmt/format.h>
-#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
 #include "ctitan/common/error.h"
 #include "ctitan/common/torch_versions.h"
+#include "ctitan/parallel/end_of_backward.h"
 #include "ctitan/parallel/op_selective_checkpoint.h"
 
 namespace ctitan::parallel {
@@ -42,25 +42,6 @@ class AutocastState {
   at::ScalarType was_dtype_ = at::kBFloat16;
 };
 
-// Callbacks queued from inside recomputations' nested backwards (queue_end_of_backward), one
-// list per nesting level on this thread: the engine runs a nested backward on the thread that
-// runs the checkpoint's node.
-thread_local std::vector<std::vector<std::function<void()>>> tls_deferred;
-
-// While one lives, this thread is inside a checkpoint's nested backward; on exit, back in the
-// backward that runs the checkpoint, the callbacks queued meanwhile are queued there.
-class RecomputationBackward {
- public:
-  RecomputationBackward() { tls_deferred.emplace_back(); }
-  ~RecomputationBackward() {
-    auto callbacks = std::move(tls_deferred.back());
-    tls_deferred.pop_back();
-    for (auto& callback : callbacks) queue_end_of_backward(std::move(callback));
-  }
-  RecomputationBackward(const RecomputationBackward&) = delete;
-  RecomputationBackward& operator=(const RecomputationBackward&) = delete;
-};
-
 // The autograd node of a checkpointed call. Holds the input (the only activation kept) and the
 // forward; its backward recomputes the forward with grad and back-propagates through it in a
 // nested (reentrant) backward, which accumulates the parameters' gradients as the plain graph
@@ -83,7 +64,7 @@ class CheckpointBackward : public torch::autograd::Node {
       output = forward_(input);
     }
     {
-      RecomputationBackward nested;
+      NestedBackward nested;  // the end-of-backward callbacks it queues wait for the outer pass
       torch::autograd::backward({output}, {grads[0]});
     }
     return {input.grad()};
@@ -112,14 +93,6 @@ class NoAutocastCache {
 };
 
 }  // namespace
-
-void queue_end_of_backward(std::function<void()> callback) {
-  if (!tls_deferred.empty()) {
-    tls_deferred.back().push_back(std::move(callback));
-    return;
-  }
-  torch::autograd::Engine::get_default_engine().queue_callback(std::move(callback));
-}
 
 torch::Tensor checkpointed(const torch::Tensor& input, const models::ModuleHooks::Forward& forward) {
   // Evaluation (no grad) or an input that needs none: nothing to keep, nothing to recompute.

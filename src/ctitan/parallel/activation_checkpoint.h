@@ -37,12 +37,5 @@ int apply_activation_checkpointing(models::TransformerImpl& model, const std::ve
 // RNG state is not replayed (the decoder has no dropout).
 torch::Tensor checkpointed(const torch::Tensor& input, const models::ModuleHooks::Forward& forward);
 
-// Runs `callback` when the backward pass in progress ends, as the autograd engine's
-// queue_callback, except inside a checkpoint's recomputation: its nested backward is a pass of
-// its own, which ends after the block, so the callback waits for the backward that runs the
-// checkpoint. DDP's end-of-backward reduction queues through here: on a pipeline stage without
-// the output layer the first gradient that fires is inside the last block's recomputation, and
-// the engine's callback would have reduced the gradients before the other blocks had theirs.
-void queue_end_of_backward(std::function<void()> callback);
 
 }  // namespace ctitan::parallel

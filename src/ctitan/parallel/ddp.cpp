@@ -1,6 +1,6 @@
 #include "ctitan/parallel/ddp.h"
 
-#include "ctitan/parallel/activation_checkpoint.h"
+#include "ctitan/parallel/end_of_backward.h"
 
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function_hook.h>

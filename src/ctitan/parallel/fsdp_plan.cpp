@@ -62,18 +62,42 @@ std::unique_ptr<fsdp::FSDPModule> apply_fsdp(models::TransformerImpl& model, con
       throw std::logic_error("FSDP plan: parameter " + param.key() + " is in no unit of the model's plan");
     }
   }
+  // parent[u]: the unit whose module holds unit u's (an experts unit in its block), or -1.
+  std::vector<int64_t> parent(resolved.size(), -1);
+  for (size_t u = 0; u < resolved.size(); ++u) {
+    for (size_t p = 0; p < resolved.size(); ++p) {
+      for (const auto& [outer, _] : resolved[p].modules) {
+        for (const auto& [inner, __] : resolved[u].modules) {
+          if (p != u && inner.rfind(outer + ".", 0) == 0) parent[u] = int64_t(p);
+        }
+      }
+    }
+    if (parent[u] >= 0 && !resolved[u].experts) {
+      throw std::logic_error("FSDP plan: unit " + resolved[u].modules.front().first + " is nested in " +
+                             resolved[size_t(parent[u])].modules.front().first + "; only routed experts may nest");
+    }
+  }
   auto fsdp = std::make_unique<fsdp::FSDPModule>(model.hooks, std::move(groups), mp);
-  for (const auto& unit : resolved) {
+  for (size_t u = 0; u < resolved.size(); ++u) {
+    const auto& unit = resolved[u];
     // The units nested in this one's modules own their parameters.
     std::vector<std::string> nested;
-    for (const auto& [module, _] : unit.modules) {
-      for (const auto& inner : sharded) {
-        if (inner.rfind(module + ".", 0) == 0) nested.push_back(inner);
-      }
+    for (size_t c = 0; c < resolved.size(); ++c) {
+      if (parent[c] == int64_t(u)) nested.push_back(resolved[c].modules.front().first);
     }
     fsdp->fully_shard(unit.modules, unit.free_after_forward, nested,
                       unit.experts ? expert_groups : std::optional<fsdp::MeshGroups>());
   }
+  // Backward runs the units in reverse, a nested unit right after its parent begins.
+  std::vector<size_t> backward;
+  for (size_t u = resolved.size(); u-- > 0;) {
+    if (parent[u] >= 0) continue;
+    backward.push_back(u);
+    for (size_t c = resolved.size(); c-- > 0;) {
+      if (parent[c] == int64_t(u)) backward.push_back(c);
+    }
+  }
+  fsdp->set_backward_order(backward);
   fsdp->fully_shard_root(model);
   return fsdp;
 }

@@ -54,6 +54,7 @@ std::vector<std::pair<std::string, double>> ExpertBalance::load_metrics() const 
     out.emplace_back(prefix + "load_min", row.min().item<double>());
     out.emplace_back(prefix + "load_max", row.max().item<double>());
     out.emplace_back(prefix + "load_cv", cv[int64_t(i)].item<double>());
+    out.emplace_back(prefix + "routed", counts[int64_t(i)].sum().item<double>());
     if (const auto& bias = layers_[i].moe->expert_bias; bias.defined()) {
       auto host = bias.to(torch::kCPU);
       out.emplace_back(prefix + "bias_min", host.min().item<double>());

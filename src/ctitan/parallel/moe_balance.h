@@ -30,8 +30,10 @@ class ExpertBalance {
   // calls it at the same step boundary (the trainer, before the optimizer step).
   void update();
   // The last update's loads per layer for the metrics: "moe/layer_3/load_min" (the least loaded
-  // expert's share of the mean, 1 = balanced), load_max, load_cv (coefficient of variation), and
-  // bias_min / bias_max. Read on the host (at a log step only); empty before the first update.
+  // expert's share of the mean, 1 = balanced), load_max, load_cv (coefficient of variation),
+  // routed (the step's expert choices summed over the ranks: global tokens x top_k when every
+  // token is counted once), and bias_min / bias_max. Read on the host (at a log step only);
+  // empty before the first update.
   std::vector<std::pair<std::string, double>> load_metrics() const;
 
  private:

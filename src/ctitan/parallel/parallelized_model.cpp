@@ -168,6 +168,12 @@ void ParallelizedModel::apply_tensor_parallel(const distributed::DistContext& di
   }
   const bool loss_parallel = !config.parallelism.disable_loss_parallel;
   const bool async = config.parallelism.enable_async_tensor_parallel;
+  if (async && args().latent_attention()) {
+    // Async TP fuses the column-wise projections with the gather of the module's input; latent
+    // attention's wkv_b and wq_b read the latents, not that input.
+    throw ConfigError(fmt::format("parallelism.enable_async_tensor_parallel: model.name {} uses latent attention, "
+                                  "whose projections async TP cannot fuse; turn it off", config.model.name));
+  }
   tensor_parallel_ = std::make_unique<tp::TensorParallel>(part_pointers(), dist.mesh->group("tp"), loss_parallel, async);
   spdlog::info("TP over {} ranks: {}, sequence-parallel norms, vocab-sharded embeddings and output, loss "
                "parallel {}{}", dist.dims.tp, models::describe(plan_.tp),

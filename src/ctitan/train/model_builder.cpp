@@ -56,6 +56,13 @@ models::ModelArgs model_args_from_config(const config::JobConfig& config, const 
   if (m.hidden_dim) args.ffn_dim = m.hidden_dim;
   if (m.rope_theta > 0) args.rope_theta = m.rope_theta;
   if (m.norm_eps > 0) args.norm_eps = m.norm_eps;
+  if (args.latent_attention() && config.training.seq_len > args.max_seq_len) {
+    // DeepSeek extends its context with YaRN (and the attention scale's mscale) past the flavor's
+    // positions, as torchtitan does; without it longer sequences would train another model.
+    throw ConfigError(fmt::format("training.seq_len {} is beyond model.flavor {}'s {} positions: {} extends them with "
+                                  "YaRN, which ctitan does not build", config.training.seq_len, config.model.flavor,
+                                  args.max_seq_len, config.model.name));
+  }
   args.max_seq_len = std::max(args.max_seq_len, config.training.seq_len);
   check_moe_overrides(config, args);
 

@@ -183,7 +183,7 @@ void Trainer::refuse_if_the_step_cannot_fit(const models::ModelArgs& args) const
   const char* whose = device_.is_cuda() ? "this GPU's memory" : "this rank's share of the machine's memory";
   if (floor.state_bytes > memory_bytes) estimate::refuse_beyond_memory(floor, memory_bytes, whose);
   // The walk, only where `ctitan estimate`'s CPU walk follows the step; elsewhere it would overestimate.
-  if (!device_.is_cpu() || !estimate::cpu_walk_follows(config_)) {
+  if (!device_.is_cpu() || !estimate::cpu_walk_follows(config_, args)) {
     estimate::refuse_beyond_memory(floor, memory_bytes, whose);
     return;
   }

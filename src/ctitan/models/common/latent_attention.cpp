@@ -24,15 +24,17 @@ LatentAttentionImpl::LatentAttentionImpl(const ModelArgs& args)
 
 torch::Tensor LatentAttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope, KVCacheSlot* cache) {
   const int64_t B = x.size(0), T = x.size(1);
-  auto q = (wq ? wq(x) : wq_b(q_norm->forward(wq_a(x)))).view({B, T, n_heads_, nope_ + rope_});  // (B, T, H, qk)
+  // Head counts from the projections' widths (-1): tensor parallelism gives each rank some heads
+  // by slicing wq (or wq_b) and wkv_b, and this code stays the same.
+  auto q = (wq ? wq(x) : wq_b(q_norm->forward(wq_a(x)))).view({B, T, -1, nope_ + rope_});  // (B, T, H, qk)
   auto q_parts = q.split({nope_, rope_}, -1);
   q = torch::cat({q_parts[0], apply_rope(q_parts[1].contiguous(), rope)}, -1);
   auto kv_latent = wkv_a(x);  // (B, T, kv_lora + rope)
   auto latent_parts = kv_latent.split({kv_lora_rank_, rope_}, -1);
   auto k_rope = apply_rope(latent_parts[1].unsqueeze(2).contiguous(), rope);  // (B, T, 1, rope): one per token
-  auto kv = wkv_b(kv_norm->forward(latent_parts[0])).view({B, T, n_heads_, nope_ + v_dim_});
+  auto kv = wkv_b(kv_norm->forward(latent_parts[0])).view({B, T, -1, nope_ + v_dim_});
   auto kv_parts = kv.split({nope_, v_dim_}, -1);
-  auto k = torch::cat({kv_parts[0], k_rope.expand({B, T, n_heads_, rope_})}, -1);  // (B, T, H, qk)
+  auto k = torch::cat({kv_parts[0], k_rope.expand({B, T, kv.size(2), rope_})}, -1);  // (B, T, H, qk)
   auto v = kv_parts[1].contiguous();                                               // (B, T, H, v)
   int64_t q_start = 0;
   if (cache) {

@@ -11,12 +11,16 @@ std::vector<std::string> PipelineLayout::modules(int64_t n_layers) const {
 
 ParallelizePlan decoder_plan(const ModelArgs& args) {
   ParallelizePlan plan;
-  // Latent attention has no tensor-parallel plan here (its shared latent would need its own
-  // placement): an empty plan, which TP refuses naming the family.
-  if (!args.latent_attention()) {
-    plan.tp.sublayers = {{"attention", {"wq", "wk", "wv"}, "wo"}, {"feed_forward", {"w1", "w3"}, "w2"}};
-  }
+  plan.tp.sublayers = {{"attention", {"wq", "wk", "wv"}, "wo"}, {"feed_forward", {"w1", "w3"}, "w2"}};
   plan.tp.replicated = {"attention_norm.weight", "ffn_norm.weight"};
+  if (args.latent_attention()) {
+    // Heads split: the queries' last projection and the latent's up-projection column-wise, wo
+    // row-wise; the latents (wkv_a, wq_a) and their norms whole on every tp rank, their
+    // gradients (each rank's heads' share) summed over tp.
+    plan.tp.sublayers.front() = {"attention", {args.q_lora_rank > 0 ? "wq_b" : "wq", "wkv_b"}, "wo"};
+    plan.tp.replicated.insert(plan.tp.replicated.end(), {"attention.wkv_a.weight", "attention.kv_norm.weight",
+                                                         "attention.wq_a.weight", "attention.q_norm.weight"});
+  }
   if (args.qk_norm) plan.tp.replicated.insert(plan.tp.replicated.end(), {"attention.q_norm.weight", "attention.k_norm.weight"});
   if (args.moe.num_experts > 0) {
     plan.tp.replicated.insert(plan.tp.replicated.end(), {"moe.router.gate.weight", "moe.experts.w1", "moe.experts.w2",

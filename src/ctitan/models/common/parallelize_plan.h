@@ -76,9 +76,10 @@ struct ParallelizePlan {
 // The plan of the shared decoder (models/common/transformer.h), Llama 3's, Qwen3's and
 // Qwen3-MoE's: attention's wq, wk, wv column-wise and wo row-wise, a dense feed_forward's w1, w3
 // and w2, the norms whole; a MoE layer whole on every tp rank (each routes its share of the
-// sequence: expert parallelism is not built); FSDP units tok_embeddings, each block,
-// [norm, output], as torchtitan's apply_fsdp, a tied embedding kept gathered for the head; every
-// block checkpointable.
+// sequence); no TP plan for latent attention (DeepSeek-V3: TP refuses it); FSDP units
+// tok_embeddings, each block, a MoE layer's experts nested in their block (over efsdp under
+// expert parallelism), [norm, output], as torchtitan's apply_fsdp, a tied embedding kept
+// gathered for the head; every block checkpointable.
 ParallelizePlan decoder_plan(const ModelArgs& args);
 
 // One line for the log: "column-wise attention.wq/wk/wv, feed_forward.w1/w3; row-wise ...".

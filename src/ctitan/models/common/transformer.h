@@ -1,7 +1,7 @@
 #pragma once
-// The decoder-only transformer every family builds (Llama 3, Qwen3, Qwen3-MoE), as plain libtorch
-// modules; ModelArgs switches the features a family adds (QK-norm, a head_dim apart from
-// dim / n_heads, tied embeddings, mixture-of-experts layers). Parameter names match torchtitan's, e.g.
+// The decoder-only transformer every family builds (Llama 3, Qwen3, Qwen3-MoE, DeepSeek-V3), as
+// plain libtorch modules; ModelArgs switches the features a family adds (QK-norm, a head_dim
+// apart from dim / n_heads, tied embeddings, mixture-of-experts layers, latent attention). Parameter names match torchtitan's, e.g.
 // `layers.3.attention.wq.weight`, because checkpoints and sharding address parameters by name.
 // Nothing here knows about parallelism: parallel/ wraps these modules from outside.
 #include <torch/torch.h>

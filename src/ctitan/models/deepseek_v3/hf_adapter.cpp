@@ -59,8 +59,9 @@ void read_hf_config(const nlohmann::json& config, const std::string& source, Mod
   moe.route_scale = require_positive(config, "routed_scaling_factor", source);
   moe.n_dense_layers = require_field<int64_t>(config, "first_k_dense_replace", source);
   if (moe.top_k > moe.num_experts || moe.num_experts % moe.num_expert_groups != 0 ||
-      moe.num_limited_groups > moe.num_expert_groups || moe.num_shared_experts < 0 || moe.n_dense_layers < 0 ||
-      moe.n_dense_layers > args.n_layers) {
+      moe.num_limited_groups > moe.num_expert_groups ||
+      moe.top_k > moe.num_limited_groups * (moe.num_experts / moe.num_expert_groups) || moe.num_shared_experts < 0 ||
+      moe.n_dense_layers < 0 || moe.n_dense_layers > args.n_layers) {
     throw InputError(fmt::format("{}: n_routed_experts {}, num_experts_per_tok {}, n_group {}, topk_group {}, "
                                  "n_shared_experts {}, first_k_dense_replace {} do not make a routing", source,
                                  moe.num_experts, moe.top_k, moe.num_expert_groups, moe.num_limited_groups,

@@ -6,6 +6,8 @@
 #include <set>
 #include <utility>
 
+#include "ctitan/parallel/end_of_backward.h"
+
 namespace ctitan::parallel::fsdp {
 
 // Identity in forward. Its backward, which runs when the gradient of the wrapped tensor is
@@ -53,11 +55,17 @@ void FSDPModule::fully_shard(const std::vector<std::pair<std::string, const torc
   const size_t index = param_groups_.size();
   param_groups_.push_back(std::make_unique<FSDPParamGroup>(modules.front().first, std::move(params), groups.value_or(groups_), mp_,
                                                        reshard_after_forward));
+  backward_prefetch_.push_back(int64_t(index) - 1);
   pending_post_backwards_.push_back(0);
   began_backward_.push_back(false);
   ended_backward_.push_back(false);
   hooks_.add_pre_forward(*modules.front().second, [this, index](const torch::Tensor& x) { return pre_forward(index, x); });
   hooks_.add_post_forward(*modules.back().second, [this, index](const torch::Tensor& y) { return post_forward(index, y); });
+}
+
+void FSDPModule::set_backward_order(const std::vector<size_t>& order) {
+  TORCH_CHECK(order.size() == param_groups_.size(), "set_backward_order: one entry per group");
+  for (size_t k = 0; k < order.size(); ++k) backward_prefetch_.at(order[k]) = k + 1 < order.size() ? int64_t(order[k + 1]) : -1;
 }
 
 void FSDPModule::fully_shard_root(const torch::nn::Module& root) {
@@ -78,7 +86,9 @@ void FSDPModule::unshard_with_prefetch(size_t i, int64_t prefetch) {
 }
 
 torch::Tensor FSDPModule::pre_forward(size_t i, const torch::Tensor& input) {
-  unshard_with_prefetch(i, int64_t(i) + 1);
+  // Inside backward (a checkpointed block's recomputation) the next group's forward is over:
+  // no prefetch, which would gather a group nothing uses until the end of backward frees it.
+  unshard_with_prefetch(i, callback_queued_ ? -1 : int64_t(i) + 1);
   if (!torch::GradMode::is_enabled()) return input;
   ++pending_post_backwards_[i];
   if (!input.requires_grad()) return input;  // token ids: the end-of-backward callback covers it
@@ -94,7 +104,7 @@ torch::Tensor FSDPModule::post_forward(size_t i, const torch::Tensor& output) {
 void FSDPModule::on_backward(Phase phase, size_t i) {
   if (!callback_queued_) {
     callback_queued_ = true;
-    torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
+    queue_end_of_backward([this] { finish_backward(); });  // after a recomputation's nested backward too
   }
   if (phase == Phase::kPreBackward) pre_backward(i);
   else post_backward(i);
@@ -102,7 +112,7 @@ void FSDPModule::on_backward(Phase phase, size_t i) {
 
 void FSDPModule::pre_backward(size_t i) {
   began_backward_[i] = true;
-  unshard_with_prefetch(i, int64_t(i) - 1);
+  unshard_with_prefetch(i, backward_prefetch_[i]);
 }
 
 void FSDPModule::post_backward(size_t i) {

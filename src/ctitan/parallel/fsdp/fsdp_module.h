@@ -59,6 +59,10 @@ class FSDPModule final : public DataParallel {
   void fully_shard(const std::vector<std::pair<std::string, const torch::nn::Module*>>& modules,
                    bool reshard_after_forward, const std::vector<std::string>& nested = {},
                    const std::optional<MeshGroups>& groups = std::nullopt);
+  // The order in which backward reaches the groups' pre-backward hooks (group indices), when it
+  // is not the reverse of the fully_shard calls: a nested group's backward runs inside its
+  // parent's, right after the parent's begins. Each group's backward prefetches the next one.
+  void set_backward_order(const std::vector<size_t>& order);
   // The root: after a forward without grad (evaluation) every group is resharded, so no
   // unsharded copy outlives an optimizer step.
   void fully_shard_root(const torch::nn::Module& root);
@@ -99,6 +103,7 @@ class FSDPModule final : public DataParallel {
   MeshGroups groups_;
   MixedPrecisionPolicy mp_;
   std::vector<std::unique_ptr<FSDPParamGroup>> param_groups_;
+  std::vector<int64_t> backward_prefetch_;  // per group: the group its pre-backward prefetches, -1 none
   // Forwards with grad whose post-backward has not run yet: a pipeline stage runs several
   // microbatches' forwards before the first backward, and each backward owes each group one.
   std::vector<int> pending_post_backwards_;
