@@ -198,19 +198,7 @@ TEST(CliContextParallel, CheckpointResumesInOneProcess) {
   EXPECT_NE(resumed.output.find("resumed from checkpoint"), std::string::npos) << resumed.output;
   EXPECT_EQ(testing::first_logged_step(resumed.output), 5) << resumed.output;
   // metrics.jsonl holds the four ranks' steps 1-4, then the resumed process's 5-8.
-  auto rows = testing::read_jsonl(dir.file("metrics.jsonl"));
-  int compared = 0;
-  for (const auto& r : rows) {
-    if (!r.contains("loss")) continue;
-    const auto step = r["step"].get<int64_t>();
-    for (const auto& o : one) {
-      if (o.contains("loss") && o["step"].get<int64_t>() == step) {
-        EXPECT_NEAR(r["loss"].get<double>(), o["loss"].get<double>(), 1e-4 * o["loss"].get<double>()) << "step " << step;
-        ++compared;
-      }
-    }
-  }
-  EXPECT_EQ(compared, 8);
+  EXPECT_EQ(testing::expect_losses_match_by_step(testing::read_jsonl(dir.file("metrics.jsonl")), one), 8);
 }
 
 // A CP(2) checkpoint (FSDP over the two cp ranks) resumed under CP(4): FSDP's shards reshard
@@ -232,18 +220,7 @@ TEST(CliContextParallel, CheckpointReshardsFromCp2ToCp4) {
   auto resumed = launch(4, cp(4));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(testing::first_logged_step(resumed.output), 5) << resumed.output;
-  int compared = 0;
-  for (const auto& r : testing::read_jsonl(dir.file("metrics.jsonl"))) {
-    if (!r.contains("loss")) continue;
-    for (const auto& o : one) {
-      if (o.contains("loss") && o["step"] == r["step"]) {
-        EXPECT_NEAR(r["loss"].get<double>(), o["loss"].get<double>(), 1e-4 * o["loss"].get<double>())
-            << "step " << r["step"];
-        ++compared;
-      }
-    }
-  }
-  EXPECT_EQ(compared, 8);
+  EXPECT_EQ(testing::expect_losses_match_by_step(testing::read_jsonl(dir.file("metrics.jsonl")), one), 8);
 }
 
 TEST(CliContextParallel, ASequenceNotCutIntoTwoChunksPerRankIsRefusedNamingTheKey) {

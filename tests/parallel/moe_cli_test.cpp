@@ -151,19 +151,7 @@ void expect_resume_matches_for(const std::vector<std::string>& reference, int fi
                                      240);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(testing::first_logged_step(resumed.output), 5) << resumed.output;
-  auto rows = testing::read_jsonl(dir.file("metrics.jsonl"));
-  int compared = 0;
-  for (const auto& r : rows) {
-    if (!r.contains("loss")) continue;
-    const auto step = r["step"].get<int64_t>();
-    for (const auto& o : one) {
-      if (o.contains("loss") && o["step"].get<int64_t>() == step) {
-        EXPECT_NEAR(r["loss"].get<double>(), o["loss"].get<double>(), 1e-4 * o["loss"].get<double>()) << "step " << step;
-        ++compared;
-      }
-    }
-  }
-  EXPECT_EQ(compared, 8);
+  EXPECT_EQ(testing::expect_losses_match_by_step(testing::read_jsonl(dir.file("metrics.jsonl")), one), 8);
 }
 
 void expect_resume_matches(int first_nproc, const std::vector<std::string>& first_layout, int second_nproc,

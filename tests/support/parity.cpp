@@ -33,6 +33,21 @@ std::vector<std::string> degrees(int replicate, int shard, int tp) {
           "--parallelism.tensor_parallel_degree", std::to_string(tp)};
 }
 
+int expect_losses_match_by_step(const Rows& run, const Rows& reference) {
+  int compared = 0;
+  for (const auto& r : run) {
+    if (!r.contains("loss")) continue;
+    for (const auto& o : reference) {
+      if (o.contains("loss") && o["step"] == r["step"]) {
+        EXPECT_NEAR(r["loss"].get<double>(), o["loss"].get<double>(), 1e-4 * o["loss"].get<double>())
+            << "step " << r["step"];
+        ++compared;
+      }
+    }
+  }
+  return compared;
+}
+
 std::vector<double> validation_losses(const Rows& rows) {
   std::vector<double> out;
   for (const auto& r : rows) {

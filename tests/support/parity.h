@@ -22,6 +22,11 @@ struct Deviation {
 // Largest relative differences of loss and grad norm, step by step; both runs log every step.
 Deviation compare_runs(const Rows& reference, const Rows& run, size_t steps);
 
+// Checks each logged loss of `run` against `reference`'s at the same step (parity.h's fp32 bound,
+// 1e-4 relative) and returns how many steps were compared: a resumed run's metrics.jsonl (the
+// first run's steps, then the resumed ones) against the uninterrupted one-process run.
+int expect_losses_match_by_step(const Rows& run, const Rows& reference);
+
 // The validation losses of a run's rows, in step order.
 std::vector<double> validation_losses(const Rows& rows);
 

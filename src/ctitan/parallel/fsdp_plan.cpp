@@ -62,13 +62,17 @@ std::unique_ptr<fsdp::FSDPModule> apply_fsdp(models::TransformerImpl& model, con
       throw std::logic_error("FSDP plan: parameter " + param.key() + " is in no unit of the model's plan");
     }
   }
-  // parent[u]: the unit whose module holds unit u's (an experts unit in its block), or -1.
+  // parent[u]: the innermost unit whose module holds unit u's (an experts unit in its block), or -1.
   std::vector<int64_t> parent(resolved.size(), -1);
   for (size_t u = 0; u < resolved.size(); ++u) {
+    size_t longest = 0;
     for (size_t p = 0; p < resolved.size(); ++p) {
       for (const auto& [outer, _] : resolved[p].modules) {
         for (const auto& [inner, __] : resolved[u].modules) {
-          if (p != u && inner.rfind(outer + ".", 0) == 0) parent[u] = int64_t(p);
+          if (p != u && inner.rfind(outer + ".", 0) == 0 && outer.size() > longest) {
+            parent[u] = int64_t(p);
+            longest = outer.size();
+          }
         }
       }
     }

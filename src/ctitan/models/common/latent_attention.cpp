@@ -39,10 +39,7 @@ torch::Tensor LatentAttentionImpl::forward(const torch::Tensor& x, const RopeTab
   int64_t q_start = 0;
   if (cache) {
     q_start = cache->start;
-    cache->keys.slice(1, q_start, q_start + T).copy_(k);
-    cache->values.slice(1, q_start, q_start + T).copy_(v);
-    k = cache->keys.slice(1, 0, q_start + T);
-    v = cache->values.slice(1, 0, q_start + T);
+    std::tie(k, v) = append_to_cache(*cache, k, v);  // (B, start + T, H, qk) and (.., v)
   }
   return wo(ops::causal_attention(q, k, v, q_start));  // scale 1 / sqrt(qk): SDPA's default for q's width
 }

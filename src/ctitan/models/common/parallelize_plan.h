@@ -76,7 +76,8 @@ struct ParallelizePlan {
 // The plan of the shared decoder (models/common/transformer.h), Llama 3's, Qwen3's and
 // Qwen3-MoE's: attention's wq, wk, wv column-wise and wo row-wise, a dense feed_forward's w1, w3
 // and w2, the norms whole; a MoE layer whole on every tp rank (each routes its share of the
-// sequence); no TP plan for latent attention (DeepSeek-V3: TP refuses it); FSDP units
+// sequence); latent attention's heads split (wq or wq_b and wkv_b column-wise, wo row-wise, the
+// latents wkv_a, wq_a and their norms whole, their gradients summed over tp); FSDP units
 // tok_embeddings, each block, a MoE layer's experts nested in their block (over efsdp under
 // expert parallelism), [norm, output], as torchtitan's apply_fsdp, a tied embedding kept
 // gathered for the head; every block checkpointable.

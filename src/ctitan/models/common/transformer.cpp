@@ -51,6 +51,14 @@ RopeTables make_rope_tables(const ModelArgs& args, torch::Device device, int64_t
 
 torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope) { return ops::rope(x, rope.cos, rope.sin); }
 
+std::pair<torch::Tensor, torch::Tensor> append_to_cache(KVCacheSlot& cache, const torch::Tensor& k,
+                                                         const torch::Tensor& v) {
+  const int64_t start = cache.start, end = start + k.size(1);
+  cache.keys.slice(1, start, end).copy_(k);
+  cache.values.slice(1, start, end).copy_(v);
+  return {cache.keys.slice(1, 0, end), cache.values.slice(1, 0, end)};  // the cached positions, then x's
+}
+
 AttentionImpl::AttentionImpl(const ModelArgs& args)
     : n_heads_(args.n_heads), n_kv_heads_(args.kv_heads()), head_dim_(args.head_dim()) {
   wq = register_module("wq", linear(args.dim, n_heads_ * head_dim_));
@@ -79,12 +87,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
   auto v = project(hooks, wv, x).view({B, T, -1, head_dim_});
   int64_t q_start = 0;
   if (cache) {
-    // (B, S, n_kv_heads, D), S = start + T: the cached positions, then x's.
     q_start = cache->start;
-    cache->keys.slice(1, q_start, q_start + T).copy_(k);
-    cache->values.slice(1, q_start, q_start + T).copy_(v);
-    k = cache->keys.slice(1, 0, q_start + T);
-    v = cache->values.slice(1, 0, q_start + T);
+    std::tie(k, v) = append_to_cache(*cache, k, v);  // (B, S, n_kv_heads, D), S = start + T
   }
   // Causal: position p attends to positions <= p. (B, T, H*D)
   if (!cache && hooks && hooks->attention()) return project(hooks, wo, hooks->attention()(q, k, v));

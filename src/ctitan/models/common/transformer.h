@@ -42,6 +42,11 @@ struct KVCacheSlot {
   int64_t start = 0;           // the position of x's first token
 };
 
+// Writes x's keys and values (B, T, heads, D) into `cache` at [start, start + T) and returns every
+// cached position's, (B, start + T, heads, D) each.
+std::pair<torch::Tensor, torch::Tensor> append_to_cache(KVCacheSlot& cache, const torch::Tensor& k,
+                                                         const torch::Tensor& v);
+
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelArgs& args);

@@ -49,7 +49,7 @@ ModelSpec spec() {
 
   s.flavors = {{"debugmodel", debug}, {"16B", m16b}, {"671B", m671b}};
   s.hf_base = base;
-  s.parallelize_plan = decoder_plan;  // latent attention has no tensor-parallel plan (decoder_plan says so)
+  s.parallelize_plan = decoder_plan;  // the shared decoder's, latent attention's heads split under TP
   s.hf = {"DeepseekV3ForCausalLM", "deepseek_v3", {{"rope_interleave", true}, {"topk_method", "noaux_tc"},
                                                   {"moe_layer_freq", 1}, {"pretraining_tp", 1}},
           write_hf_config, read_hf_config, /*expert_bias=*/true, /*permute_rope_rows=*/false};

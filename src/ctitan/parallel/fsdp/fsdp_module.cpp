@@ -64,7 +64,10 @@ void FSDPModule::fully_shard(const std::vector<std::pair<std::string, const torc
 }
 
 void FSDPModule::set_backward_order(const std::vector<size_t>& order) {
-  TORCH_CHECK(order.size() == param_groups_.size(), "set_backward_order: one entry per group");
+  std::set<size_t> distinct(order.begin(), order.end());
+  TORCH_CHECK(order.size() == param_groups_.size() && distinct.size() == order.size() &&
+                  (order.empty() || *distinct.rbegin() < order.size()),
+              "set_backward_order: each group once");
   for (size_t k = 0; k < order.size(); ++k) backward_prefetch_.at(order[k]) = k + 1 < order.size() ? int64_t(order[k + 1]) : -1;
 }
 
@@ -96,7 +99,10 @@ torch::Tensor FSDPModule::pre_forward(size_t i, const torch::Tensor& input) {
 }
 
 torch::Tensor FSDPModule::post_forward(size_t i, const torch::Tensor& output) {
-  if (param_groups_[i]->reshard_after_forward()) param_groups_[i]->reshard();
+  // Inside backward (a nested group's forward in a checkpointed block's recomputation) its
+  // backward comes next: kept gathered for it, as FSDP2 keeps groups in its pre-backward state;
+  // its post-backward frees it.
+  if (param_groups_[i]->reshard_after_forward() && !callback_queued_) param_groups_[i]->reshard();
   if (!torch::GradMode::is_enabled() || !output.requires_grad()) return output;
   return BackwardHook::apply(output, reinterpret_cast<int64_t>(this), int64_t(Phase::kPreBackward), int64_t(i));
 }

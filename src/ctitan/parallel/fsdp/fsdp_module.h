@@ -5,14 +5,16 @@
 //
 // forward, group i:   pre:  all-gather i (unless prefetched), wait and copy it out, prefetch i+1
 //                     post: free i's unsharded parameters if it reshards after forward
-// backward, group i:  pre  (the backward of i's output): gather i again, prefetch i-1
+// backward, group i:  pre  (the backward of i's output): gather i again, prefetch the group
+//                                                        backward reaches next (i-1, or a
+//                                                        nested experts group: set_backward_order)
 //                     post (the backward of i's input):  complete the previous group's
 //                                                        reduction, free i's parameters, copy
 //                                                        i's gradients into the reduce buffer,
 //                                                        free them, reduce-scatter
 //
 // Memory, as FSDP2: during group i's backward FSDP holds i's parameters and gradients, the
-// prefetch of i-1 and the reduce-scatter of i+1 (its input until wait(), which overlaps it with
+// prefetch of the next group in backward and the reduce-scatter of i+1 (its input until wait(), which overlaps it with
 // i's compute). A prefetch is issued only after the group in use is copied out, and a group's
 // parameters are freed before its reduce buffer is allocated, so neither moment adds a buffer.
 // end of backward:    a callback runs the post-backward of groups whose input needs no grad

@@ -115,9 +115,11 @@ void TensorParallel::apply_plan(models::TransformerImpl& model) {
       row_wise(prefix + sub.module + "." + sub.row_wise + ".weight", row);
       hook_sublayer(hooks, module, columns, row);
     }
-    // Norms act per token (QK-norms on whole heads, and each rank holds whole heads), and a MoE
-    // layer routes each rank's own tokens through whole experts: their weights stay whole, and
-    // each rank's gradient covers its own share, so the sum over the group is the full one.
+    // Whole on every tp rank, each rank's gradient one share of the full one, which the sum over
+    // the group completes: norms act per token (QK-norms on whole heads, and each rank holds
+    // whole heads) and a MoE layer routes each rank's own tokens through whole experts (a share
+    // of the tokens); latent attention's latents run on the gathered sequence but feed every
+    // head, and each rank backpropagates its own heads only (a share of the heads).
     const auto params = block->named_parameters();
     for (const auto& name : plan.replicated) {
       if (params.contains(name)) replicated_.insert(prefix + name);
