@@ -198,6 +198,50 @@ TEST(CliMoe, CountsEveryTokenOnceInEveryLayout) {
   }
 }
 
+// The sequence-wise balance loss (alpha 0.01 here, 0.0001 in DeepSeek-V3's paper: larger, so
+// that it moves the routers) is a mean over the step's sequences: DDP(2) and EP(2) x PP(2) with
+// 2 microbatches each add their shares to the one-process loss, and metrics.jsonl logs it.
+TEST(CliMoe, BalanceLossMatchesOneProcess) {
+  const std::vector<std::string> aux = {"--model.aux_loss_alpha", "0.01"};
+  expect_parity("Qwen3-MoE DDP(2) + balance loss", 2, concat(concat(degrees(2, 1), kBatch2), aux), concat(kBatch4, aux));
+  expect_parity("Qwen3-MoE EP(2)xPP(2), 2 microbatches + balance loss", 4,
+                concat(concat(degrees(1, 2), ep(2)),
+                       concat(concat(kMoe, aux), {"--training.local_batch_size", "1", "--training.global_batch_size", "4",
+                                                  "--parallelism.pipeline_parallel_degree", "2",
+                                                  "--parallelism.pipeline_parallel_schedule", "GPipe"})),
+                concat(kBatch4, aux));
+  auto rows = testing::run_tiny_job(1, concat(concat(kBatch4, aux), {"--training.steps", "2", "--metrics.log_freq", "1"}));
+  ASSERT_FALSE(rows.empty());
+  ASSERT_TRUE(rows.back().contains("moe/aux_loss")) << rows.back().dump();
+  // Per sequence sum_e f_e P_e is 1 at balance and at most E (every choice on one expert): the
+  // logged loss lies in (0, alpha x E x layers] = (0, 0.01 x 8 x 2].
+  EXPECT_GT(rows.back()["moe/aux_loss"].get<double>(), 0.0);
+  EXPECT_LE(rows.back()["moe/aux_loss"].get<double>(), 0.01 * 8 * 2);
+  // Per-sequence statistics need whole sequences: refused under TP in one line naming the key.
+  testing::TempDir dir;
+  auto r = testing::run_ctitan(concat(concat({"run", "--nproc-per-node", "2", "--master-port", "0", "train"},
+                                             testing::tiny_job_args(dir.path())),
+                                      concat(degrees(1, 1, 2), concat(kBatch4, aux))),
+                               120);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("model.aux_loss_alpha 0.01 needs whole sequences"), std::string::npos) << r.output;
+}
+
+// A capacity of 1.0 x the even share drops the choices beyond it (per forward, so each layout
+// drops by its own microbatches: no parity, as GShard's per-device capacity); the job trains in
+// one process and under EP(2), and the routed counts still count every choice made.
+TEST(CliMoe, CapacityFactorTrains) {
+  const std::vector<std::string> capacity = {"--model.capacity_factor", "1.0", "--training.steps", "20",
+                                             "--metrics.log_freq", "1"};
+  for (const auto& [nproc, layout] : std::vector<std::pair<int, std::vector<std::string>>>{
+           {1, kBatch4}, {2, concat(concat(degrees(1, 2), ep(2)), kBatch2)}}) {
+    auto rows = testing::run_tiny_job(nproc, concat(capacity, layout));
+    ASSERT_GE(rows.size(), 20u);
+    EXPECT_LT(rows.back()["loss"].get<double>(), 0.6 * rows.front()["loss"].get<double>());
+    EXPECT_EQ(rows.back()["moe/layer_0/routed"].get<double>(), 4.0 * 32 * 2);
+  }
+}
+
 // One line naming both keys, on every rank's behalf, before anything is built.
 TEST(CliMoe, ExpertsNotDivisibleByTheEpDegreeAreRefusedNamingTheKeys) {
   testing::TempDir dir;

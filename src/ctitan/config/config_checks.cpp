@@ -97,8 +97,10 @@ void check_config(const JobConfig& c) {
           fmt::format("parallelism.tensor_parallel_degree must be >= 1 (got {})", p.tensor_parallel_degree));
   require(p.pipeline_parallel_degree >= 1,
           fmt::format("parallelism.pipeline_parallel_degree must be >= 1 (got {})", p.pipeline_parallel_degree));
-  require(std::isfinite(c.model.load_balance_coeff),
-          fmt::format("model.load_balance_coeff must be a finite number (got {})", c.model.load_balance_coeff));
+  for (auto [key, v] : {std::pair{"load_balance_coeff", c.model.load_balance_coeff},
+                        {"capacity_factor", c.model.capacity_factor}, {"aux_loss_alpha", c.model.aux_loss_alpha}}) {
+    require(std::isfinite(v) && v < 1e6, fmt::format("model.{} must be a finite number below 1e6 (got {})", key, v));
+  }
   require(p.expert_parallel_degree >= 1,
           fmt::format("parallelism.expert_parallel_degree must be >= 1 (got {})", p.expert_parallel_degree));
   require(p.context_parallel_degree >= 1,

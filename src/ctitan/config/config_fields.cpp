@@ -151,6 +151,8 @@ std::vector<Field> config_fields(JobConfig& c) {
       {"model", "num_experts", &c.model.num_experts, "MoE: routed experts per layer; 0 keeps the flavor's"},
       {"model", "top_k", &c.model.top_k, "MoE: experts each token is routed to; 0 keeps the flavor's"},
       {"model", "moe_hidden_dim", &c.model.moe_hidden_dim, "MoE: each expert's SwiGLU width; 0 keeps the flavor's"},
+      {"model", "capacity_factor", &c.model.capacity_factor, "MoE: each expert takes at most capacity_factor x its even share of a forward's choices, the rest dropped; 0 drops none, < 0 keeps the flavor's"},
+      {"model", "aux_loss_alpha", &c.model.aux_loss_alpha, "MoE: weight of DeepSeek-V3's sequence-wise balance loss added to the training loss; 0 none, < 0 keeps the flavor's"},
       {"model", "load_balance_coeff", &c.model.load_balance_coeff, "MoE: step of the experts' selection bias (auxiliary-loss-free balancing); 0 off, < 0 keeps the flavor's"},
 
       {"optimizer", "name", &c.optimizer.name, "only AdamW"},

@@ -70,6 +70,8 @@ struct Model {
   int64_t top_k = 0;
   int64_t moe_hidden_dim = 0;    // each expert's SwiGLU width (torchtitan's moe_inter_dim)
   double load_balance_coeff = -1;
+  double capacity_factor = -1;   // > 0: tokens beyond an expert's capacity dropped; 0 none; < 0 the flavor's
+  double aux_loss_alpha = -1;    // > 0: the sequence-wise balance loss's weight; 0 none; < 0 the flavor's
 };
 
 struct Optimizer {

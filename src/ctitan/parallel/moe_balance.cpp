@@ -30,6 +30,16 @@ void ExpertBalance::update() {
   }
   auto all = torch::stack(counts);  // (L, E): one collective for every layer
   for (const auto& g : groups_) g->all_reduce(all, distributed::ReduceOp::kSum);
+  if (layers_.front().moe->aux_loss_weight > 0) {  // the same on every rank: one more collective each
+    auto aux = torch::zeros({}, all.options());
+    for (const auto& layer : layers_) {
+      auto& sum = layer.moe->aux_loss_sum;
+      if (sum.defined()) aux += sum.to(aux.device());
+      sum = torch::Tensor();
+    }
+    for (const auto& g : groups_) g->all_reduce(aux, distributed::ReduceOp::kSum);
+    last_aux_loss_ = aux;
+  }
   for (size_t i = 0; i < layers_.size(); ++i) {
     auto& moe = *layers_[i].moe;
     if (!moe.expert_bias.defined()) continue;
@@ -43,6 +53,8 @@ void ExpertBalance::update() {
 std::vector<std::pair<std::string, double>> ExpertBalance::load_metrics() const {
   std::vector<std::pair<std::string, double>> out;
   if (!last_counts_.defined()) return out;
+  // The balance loss the last step added to the training loss, all layers (tp == cp == 1).
+  if (last_aux_loss_.defined()) out.emplace_back("moe/aux_loss", last_aux_loss_.item<double>());
   // (L, E) -> per layer: loads relative to the mean (1 = every expert equally loaded).
   auto counts = last_counts_.to(torch::kCPU, torch::kDouble);
   auto mean = counts.mean(1, /*keepdim=*/true).clamp_min(1e-12);

@@ -32,8 +32,9 @@ class ExpertBalance {
   // The last update's loads per layer for the metrics: "moe/layer_3/load_min" (the least loaded
   // expert's share of the mean, 1 = balanced), load_max, load_cv (coefficient of variation),
   // routed (the step's expert choices summed over the ranks: global tokens x top_k when every
-  // token is counted once), and bias_min / bias_max. Read on the host (at a log step only);
-  // empty before the first update.
+  // token is counted once), and bias_min / bias_max; with the balance loss, moe/aux_loss (its
+  // share of the last step's loss). Read on the host (at a log step only); empty before the
+  // first update.
   std::vector<std::pair<std::string, double>> load_metrics() const;
 
  private:
@@ -44,6 +45,7 @@ class ExpertBalance {
   std::vector<Layer> layers_;
   std::vector<std::shared_ptr<distributed::Communicator>> groups_;
   torch::Tensor last_counts_;  // (L, E) fp32: the last update's sums (overwritten each step)
+  torch::Tensor last_aux_loss_;  // 0-d fp32: the last step's balance loss over the ranks, or undefined
 };
 
 }  // namespace ctitan::parallel

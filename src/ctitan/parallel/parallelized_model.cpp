@@ -31,6 +31,12 @@ void refuse_layouts_the_model_lacks(const models::ModelArgs& args, const distrib
                                   "parallelism cannot split; use an untied flavor or another layout",
                                   config.model.flavor, config.model.name));
   }
+  if (args.moe.aux_loss_alpha > 0 && (dims.tp_enabled() || dims.cp_enabled())) {
+    // The balance loss is per sequence; TP's sequence parallelism and CP give a rank part of each.
+    throw ConfigError(fmt::format("model.aux_loss_alpha {} needs whole sequences on each rank: not with "
+                                  "parallelism.tensor_parallel_degree {} or context_parallel_degree {}",
+                                  args.moe.aux_loss_alpha, dims.tp, dims.cp));
+  }
   if (args.latent_attention() && dims.cp_enabled()) {
     // Ring attention passes keys and values of one head width; latent attention's differ (qk vs v).
     throw ConfigError(fmt::format("model.name {} uses latent attention, which context parallelism does not take: set "
@@ -78,6 +84,16 @@ std::unique_ptr<ParallelizedModel> parallelize(models::DeferredModel model, cons
   out->expert_balance_ = std::make_unique<ExpertBalance>(
       out->part_pointers(), std::vector<std::shared_ptr<distributed::Communicator>>{
                                 dist.batch_group(), dist.dims.tp_enabled() ? dist.mesh->group("tp") : nullptr});
+  // The balance loss is a mean over the step's sequences, each rank's microbatches a share of them.
+  if (const double alpha = out->args().moe.aux_loss_alpha; alpha > 0) {
+    const auto& t = config.training;
+    const int64_t sequences = t.global_batch_size > 0 ? t.global_batch_size : t.local_batch_size * dist.dims.dp();
+    for (auto* part : out->part_pointers()) {
+      for (auto* block : part->blocks()) {
+        if (block->moe) block->moe->aux_loss_weight = alpha / double(sequences);
+      }
+    }
+  }
   // The parameters are fixed from here on.
   out->grad_norm_groups_ = {out->shard_group_.get(), nullptr, {}, out->pp_group_.get()};
   if (out->tensor_parallel_) {

@@ -14,7 +14,8 @@ void check_moe_overrides(const config::JobConfig& config, models::ModelArgs& arg
   const auto& m = config.model;
   if (args.moe.num_experts == 0) {
     for (auto [key, set] : {std::pair{"num_experts", m.num_experts > 0}, {"top_k", m.top_k > 0},
-                            {"moe_hidden_dim", m.moe_hidden_dim > 0}, {"load_balance_coeff", m.load_balance_coeff >= 0}}) {
+                            {"moe_hidden_dim", m.moe_hidden_dim > 0}, {"load_balance_coeff", m.load_balance_coeff >= 0},
+                            {"capacity_factor", m.capacity_factor >= 0}, {"aux_loss_alpha", m.aux_loss_alpha >= 0}}) {
       if (set) {
         throw ConfigError(fmt::format("model.{} applies to a mixture-of-experts model; model.name {} is dense", key,
                                       config.model.name));
@@ -26,6 +27,8 @@ void check_moe_overrides(const config::JobConfig& config, models::ModelArgs& arg
   if (m.top_k) args.moe.top_k = m.top_k;
   if (m.moe_hidden_dim) args.moe.hidden_dim = m.moe_hidden_dim;
   if (m.load_balance_coeff >= 0) args.moe.load_balance_coeff = m.load_balance_coeff;
+  if (m.capacity_factor >= 0) args.moe.capacity_factor = m.capacity_factor;
+  if (m.aux_loss_alpha >= 0) args.moe.aux_loss_alpha = m.aux_loss_alpha;
   if (args.moe.top_k > args.moe.num_experts) {
     throw ConfigError(fmt::format("model.top_k {} is more than model.num_experts {}: each token needs top_k distinct "
                                   "experts", args.moe.top_k, args.moe.num_experts));

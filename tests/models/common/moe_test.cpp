@@ -109,6 +109,82 @@ TEST(MoeLayer, EqualsPerTokenReferenceForwardAndBackward) {
   }
 }
 
+// Capacity: each expert keeps its first C choices in token order (C = ceil(cf N k / E)); the rest
+// add nothing. Against a token-by-token reference that drops by the same rule (fp64 vs the
+// layer's fp32: 1e-5, as above).
+TEST(MoeLayer, CapacityDropsTheChoicesBeyondEachExpertsShareInTokenOrder) {
+  torch::manual_seed(9);
+  auto args = moe_args(4, 2);
+  args.moe.capacity_factor = 0.5;  // N k = 28 choices over 4 experts: capacity ceil(3.5) = 4 each
+  args.moe.load_balance_coeff = 0;
+  MoE moe(args);
+  randomize(*moe);
+  auto x = torch::randn({2, 7, 16});
+  auto y = moe(x);
+  auto flat = x.reshape({-1, 16}).to(torch::kDouble);
+  auto scores = torch::matmul(flat, moe->router->gate->weight.to(torch::kDouble).t()).softmax(-1);
+  std::vector<int64_t> kept(4, 0);
+  int64_t dropped = 0;
+  std::vector<torch::Tensor> rows;
+  for (int64_t i = 0; i < flat.size(0); ++i) {
+    auto ids = std::get<1>(scores[i].topk(2));
+    auto w = scores[i].index_select(0, ids);
+    w = w / w.sum();
+    auto out = torch::zeros({16}, torch::kDouble);
+    for (int64_t j = 0; j < 2; ++j) {
+      const int64_t e = ids[j].item<int64_t>();
+      if (kept[size_t(e)]++ >= 4) {
+        ++dropped;
+        continue;
+      }
+      out += w[j] * swiglu_ref(flat[i], moe->experts->w1[e].to(torch::kDouble), moe->experts->w2[e].to(torch::kDouble),
+                               moe->experts->w3[e].to(torch::kDouble));
+    }
+    rows.push_back(out);
+  }
+  ASSERT_GT(dropped, 0) << "the inputs must overflow some expert for the test to test anything";
+  auto ref = torch::stack(rows).view({2, 7, 16});
+  EXPECT_LT((y.to(torch::kDouble) - ref).abs().max().item<double>(), 1e-5 * ref.abs().max().item<double>());
+}
+
+// The sequence-wise balance loss: its value (per sequence sum_e f_e P_e, f_e = E / (k T) x the
+// sequence's choices of e, P_e its mean normalised score) written out here, and the router's
+// gradient equals autograd's of output + weighted loss (1e-5: fp32 sums of <= 16 terms).
+TEST(MoeLayer, BalanceLossAddsItsGradientAndItsValue) {
+  torch::manual_seed(10);
+  auto args = moe_args(4, 2);
+  args.moe.load_balance_coeff = 0;
+  MoE moe(args);
+  randomize(*moe);
+  const auto& gate = moe->router->gate->weight;
+  auto x = torch::randn({3, 5, 16});
+  auto g = torch::randn({3, 5, 16});
+  moe->aux_loss_weight = 0.25;
+  auto with_loss = torch::autograd::grad({moe(x)}, {gate}, {g})[0];  // d/dgate of y.g + 0.25 L
+  const double value = moe->aux_loss_sum.item<double>();
+  moe->aux_loss_weight = 0;
+  auto y = moe(x);
+  // L written out: per sequence b, sum_e (E / (k T)) x picks_e x mean_t normalised score_e.
+  auto scores = torch::matmul(x.reshape({-1, 16}), gate.t()).softmax(-1);  // (15, 4), with grad
+  auto chosen = std::get<1>(scores.detach().topk(2, -1));
+  auto loss = torch::zeros({});
+  for (int64_t b = 0; b < 3; ++b) {
+    auto seq = scores.slice(0, b * 5, b * 5 + 5);
+    auto p = (seq / seq.sum(-1, true)).mean(0);  // (4)
+    std::vector<double> picks(4, 0);
+    for (int64_t t = 0; t < 5; ++t) {
+      for (int64_t j = 0; j < 2; ++j) picks[size_t(chosen[b * 5 + t][j].item<int64_t>())] += 1;
+    }
+    for (int64_t e = 0; e < 4; ++e) loss = loss + (4.0 / (2 * 5)) * picks[size_t(e)] * p[e];
+  }
+  EXPECT_NEAR(value, 0.25 * loss.item<double>(), 1e-6);
+  auto reference = torch::autograd::grad({(y * g).sum() + 0.25 * loss}, {gate})[0];
+  EXPECT_TRUE(torch::allclose(with_loss, reference, 1e-5, 1e-6)) << (with_loss - reference).abs().max();
+  // The loss moves the gradient (else the comparison proves nothing).
+  auto without = torch::autograd::grad({(moe(x) * g).sum()}, {gate})[0];
+  EXPECT_GT((with_loss - without).abs().max().item<double>(), 1e-4);
+}
+
 // Every token's weights are the unbiased scores: a bias that makes expert 0 win everywhere
 // changes the choice, and the weight of expert 0 is still its softmax score.
 TEST(MoeLayer, BiasChoosesButDoesNotWeigh) {

@@ -26,6 +26,13 @@ struct MoeArgs {
   // this toward the mean load; 0 = no bias.
   double load_balance_coeff = 1e-3;
   int64_t n_dense_layers = 0;            // the first layers keep a dense feed_forward (HF first_k_dense_replace)
+  // > 0: each expert takes at most ceil(capacity_factor x N k / E) of a forward's N k choices,
+  // the first in token order; the rest are dropped (they add nothing). 0: no token is dropped.
+  double capacity_factor = 0;
+  // > 0: DeepSeek-V3's sequence-wise balance loss, alpha x sum_e f_e P_e per sequence, averaged
+  // over the step's sequences and added to the training loss (f_e: the sequence's share of
+  // choices for expert e, times E / k; P_e: its mean normalised score for e).
+  double aux_loss_alpha = 0;
 };
 
 struct ModelArgs {

@@ -20,6 +20,7 @@ class FeedForwardImpl;
 struct Routing {
   torch::Tensor experts;  // (N, top_k) int64
   torch::Tensor weights;  // (N, top_k) fp32: the scores that multiply the experts' outputs
+  torch::Tensor scores;   // (N, E) fp32: every expert's score, with its gradient (the balance loss's)
 };
 
 class RouterImpl : public torch::nn::Module {
@@ -65,6 +66,11 @@ class MoEImpl : public torch::nn::Module {
   // (E) fp32, the tokens routed to each expert since the last reset (not a buffer: not saved),
   // on the model's device; undefined before the first forward with grad.
   torch::Tensor tokens_per_expert;
+  // The balance loss's weight in the training loss: aux_loss_alpha / the step's sequences (set
+  // by parallel/, which knows the global batch); 0: no balance loss. And its value summed since
+  // the last reset, (0-d) fp32, detached, for the metrics; undefined before the first.
+  double aux_loss_weight = 0;
+  torch::Tensor aux_loss_sum;
 
  private:
   MoeArgs args_;
