@@ -36,6 +36,7 @@ const std::vector<std::string> kMoe = {"--model.name", "qwen3_moe", "--model.fla
                                        "--model.head_dim", "16", "--model.moe_hidden_dim", "32"};
 const std::vector<std::string> kBatch4 = concat(kMoe, {"--training.local_batch_size", "4"});
 const std::vector<std::string> kBatch2 = concat(kMoe, {"--training.local_batch_size", "2"});
+std::vector<std::string> ep(int degree) { return {"--parallelism.expert_parallel_degree", std::to_string(degree)}; }
 
 TEST(CliMoe, DdpTwoMatchesOneProcess) { expect_parity("Qwen3-MoE DDP(2)", 2, concat(degrees(2, 1), kBatch2), kBatch4); }
 
@@ -91,6 +92,12 @@ TEST(CliMoe, SelectionBiasMovesAndLoadIsLogged) {
     }
   }
   EXPECT_EQ(logged, 2);
+  // Under EP: the all-to-all's bytes and exposed seconds per step.
+  auto ep_rows = testing::run_tiny_job(2, concat(concat(concat(degrees(1, 2), ep(2)), kBatch2),
+                                                 {"--training.steps", "2", "--metrics.log_freq", "1"}));
+  ASSERT_FALSE(ep_rows.empty());
+  EXPECT_GT(ep_rows.back()["moe/a2a_bytes_per_step"].get<double>(), 0.0) << ep_rows.back().dump();
+  EXPECT_GE(ep_rows.back()["moe/a2a_exposed_s"].get<double>(), 0.0) << ep_rows.back().dump();
   auto off = testing::run_tiny_job(1, concat(kBatch4, {"--training.steps", "2", "--metrics.log_freq", "1",
                                                        "--model.load_balance_coeff", "0"}));
   ASSERT_FALSE(off.empty());
@@ -98,7 +105,6 @@ TEST(CliMoe, SelectionBiasMovesAndLoadIsLogged) {
   EXPECT_FALSE(off.back().contains("moe/layer_0/bias_max"));
 }
 
-std::vector<std::string> ep(int degree) { return {"--parallelism.expert_parallel_degree", std::to_string(degree)}; }
 
 // Experts split over 2 ranks, tokens sent to them and back by all-to-all; FSDP has nothing left
 // to shard the experts over (efsdp 1), the rest over both ranks.

@@ -52,6 +52,37 @@ MetricsLogger::MetricsLogger(const std::string& jsonl_path, const std::string& t
   if (!jsonl_) throw IoError(fmt::format("cannot write metrics file {}", jsonl_path));
 }
 
+namespace {
+
+// One console line for a mixture-of-experts model, from its moe/ fields: the least balanced
+// layer (largest load_cv), the widest bias range, and under EP the all-to-all's bytes and wait.
+void log_moe_line(const StepMetrics& m) {
+  double worst_cv = -1, worst_max = 0, bias_lo = 0, bias_hi = 0, a2a_bytes = -1, a2a_s = 0, aux = -1;
+  std::string worst_layer;
+  for (const auto& [name, value] : m.extra) {
+    if (name.rfind("moe/", 0) != 0) continue;
+    const auto slash = name.rfind('/');
+    const std::string field = name.substr(slash + 1), layer = name.substr(4, slash > 4 ? slash - 4 : 0);
+    if (field == "load_cv" && value > worst_cv) {
+      worst_cv = value;
+      worst_layer = layer;
+    }
+    if (field == "load_max") worst_max = std::max(worst_max, value);
+    if (field == "bias_min") bias_lo = std::min(bias_lo, value);
+    if (field == "bias_max") bias_hi = std::max(bias_hi, value);
+    if (name == "moe/a2a_bytes_per_step") a2a_bytes = value;
+    if (name == "moe/a2a_exposed_s") a2a_s = value;
+    if (name == "moe/aux_loss") aux = value;
+  }
+  if (worst_cv < 0) return;
+  spdlog::info("moe: load cv {:.3f} at most ({}), busiest expert {:.2f}x the mean, bias [{:+.4f}, {:+.4f}]{}{}",
+               worst_cv, worst_layer, worst_max, bias_lo, bias_hi,
+               a2a_bytes < 0 ? "" : fmt::format(", all-to-all {:.2f} MB/step, {:.4f} s exposed", a2a_bytes / 1e6, a2a_s),
+               aux < 0 ? "" : fmt::format(", balance loss {:.5f}", aux));
+}
+
+}  // namespace
+
 void MetricsLogger::log(const StepMetrics& m) {
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   spdlog::info("step: {:>5}  loss: {:8.4f}  grad_norm: {:7.4f}  memory: {:5.2f}GiB (peak {:5.2f}GiB)  "
@@ -65,6 +96,7 @@ void MetricsLogger::log(const StepMetrics& m) {
                share(m.monitoring.memory_pct), share(m.monitoring.compute_pct), share(m.monitoring.exposed_comm_pct),
                share(m.monitoring.bandwidth_use_pct), share(m.monitoring.grad_sync_pct), share(m.worst.memory_pct),
                share(m.worst.compute_pct), share(m.worst.bandwidth_use_pct), share(m.worst.grad_sync_pct));
+  log_moe_line(m);
   if (tensorboard_) {
     const double step_s = m.time_step_s > 0 ? m.time_step_s : 1.0;
     if (m.device_memory) {  // torchtitan's device memory monitor's names

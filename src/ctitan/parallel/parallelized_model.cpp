@@ -346,7 +346,9 @@ void ParallelizedModel::before_optimizer_step() { expert_balance_->update(); }
 std::vector<std::pair<std::string, double>> ParallelizedModel::moe_metrics(int64_t window_steps) {
   auto out = expert_balance_->load_metrics();
   if (expert_parallel_) {
-    out.emplace_back("moe/a2a_bytes_per_step", double(std::exchange(a2a_bytes_, 0)) / double(std::max<int64_t>(window_steps, 1)));
+    const double steps = double(std::max<int64_t>(window_steps, 1));
+    out.emplace_back("moe/a2a_bytes_per_step", double(std::exchange(a2a_bytes_, 0)) / steps);
+    out.emplace_back("moe/a2a_exposed_s", std::exchange(a2a_seconds_, 0.0) / steps);
   }
   return out;
 }
@@ -383,7 +385,9 @@ StepTimes ParallelizedModel::take_step_times() {
   if (tensor_parallel_) times.exposed_comm_seconds += tensor_parallel_->take_exposed_comm_seconds();
   if (context_parallel_) times.exposed_comm_seconds += context_parallel_->take_exposed_comm_seconds();
   if (expert_parallel_) {
-    times.exposed_comm_seconds += expert_parallel_->take_exposed_comm_seconds();
+    const double waited = expert_parallel_->take_exposed_comm_seconds();
+    times.exposed_comm_seconds += waited;
+    a2a_seconds_ += waited;
     a2a_bytes_ += expert_parallel_->take_sent_bytes();
   }
   if (data_parallel_) {

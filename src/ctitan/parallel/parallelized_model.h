@@ -87,8 +87,8 @@ class ParallelizedModel {
   // on every rank that holds its layer, by FQN.
   std::vector<std::pair<std::string, torch::Tensor>> saved_buffers() const;
   // The MoE layers' load and bias ranges at the last step (ExpertBalance::load_metrics), and under
-  // expert parallelism the all-to-all bytes this rank sent per step since the last call
-  // (moe/a2a_bytes_per_step), for the metrics.
+  // expert parallelism the all-to-all bytes this rank sent and the seconds it waited on them, per
+  // step since the last call (moe/a2a_bytes_per_step, moe/a2a_exposed_s), for the metrics.
   std::vector<std::pair<std::string, double>> moe_metrics(int64_t window_steps);
   // The groups the gradient norm spans, aligned with trained_parameters().
   const components::GradNormGroups& grad_norm_groups() const { return grad_norm_groups_; }
@@ -144,6 +144,7 @@ class ParallelizedModel {
   std::unique_ptr<cp::ContextParallel> context_parallel_;  // null without CP
   std::unique_ptr<ep::ExpertParallel> expert_parallel_;    // null without EP
   int64_t a2a_bytes_ = 0;                                  // EP's sent bytes since the last moe_metrics()
+  double a2a_seconds_ = 0;                                 // and the seconds its all-to-alls blocked this rank
   std::unique_ptr<DataParallel> data_parallel_;          // DDP, FSDP or HSDP; null without them
   std::unique_ptr<ExpertBalance> expert_balance_;        // empty for a dense model
   std::shared_ptr<distributed::Communicator> shard_group_;  // FSDP's dp_shard group, else null
