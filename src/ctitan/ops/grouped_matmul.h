@@ -11,9 +11,10 @@ namespace ctitan::ops {
 // group sizes summing to N -> (N, out), group e's rows times w[e]^T.
 //
 // On CUDA this is at::_grouped_mm (one launch, offsets on the device; untested here, no GPU).
-// On the CPU, one matmul per non-empty group: measured 1.3x faster than _grouped_mm for fp32 and
-// equal for bf16 (docs/design/moe.md), and _grouped_mm's CPU backward refuses an expanded
-// gradient. CTITAN_DISABLE_FUSED=grouped_mm takes the per-group path on any device.
+// On the CPU, one matmul per non-empty group: _grouped_mm's CPU backward refuses an expanded
+// gradient, and which of the two is faster in ctitan's step is not measured in the repo (PyTorch's
+// baseline in bench/moe.py runs both ways: docs/PERFORMANCE.md). CTITAN_DISABLE_FUSED=grouped_mm
+// takes the per-group path on any device.
 torch::Tensor grouped_matmul(const torch::Tensor& x, const torch::Tensor& w, const std::vector<int64_t>& counts);
 
 // at::_grouped_mm alone, for the tests' comparison on the CPU.
